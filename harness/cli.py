@@ -1,0 +1,51 @@
+"""The ``harness`` command line. Each sub-command lives in its own module with ``register(subparsers)``."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+# module -> registers one or more sub-commands (train, sweep, status, eval, grade, table, plot, fit, theory, ...)
+COMMAND_MODULES = [
+    "harness.commands.methods",
+    "harness.commands.train",
+    "harness.sweeps.cli",
+    "evals.cli",
+    "harness.results.cli",
+    "harness.theory.cli",
+]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="harness", description=__doc__.splitlines()[0].strip("The ."))
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for name in COMMAND_MODULES:
+        try:
+            module = importlib.import_module(name)
+        except ModuleNotFoundError as e:  # a part not built yet; anything else is a real error
+            if e.name and name.startswith(e.name):
+                continue
+            raise
+        module.register(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not getattr(args, "func", None):
+        parser.print_help()
+        return 2
+    try:
+        return int(args.func(args) or 0)
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+    except (ValueError, FileNotFoundError) as e:  # user errors: one clear line, non-zero exit
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())
