@@ -1,0 +1,96 @@
+"""PRIME (Cui et al. 2025, "Process Reinforcement through Implicit Rewards"), verl's ``recipe/prime`` semantics.
+
+Implicit process reward: q_t = log pi_prm(y_t) - log pi_ref(y_t); r_t = beta * q_t on every response token
+except the last one (verl's port drops it; ``drop_last_process_reward=False`` keeps it, as the original PRIME
+repo does). ``norm="batch_norm"``: r <- r / (max over the batch of |reverse-cumsum(r)| + 1e-6), so beta only
+matters for the PRM loss. Each source (process rewards on all response tokens; the outcome score on the last
+token) gets a leave-one-out baseline per prompt group: r~ = r * n/(n-1) - (sum_j m_j)/(n-1), m_j = response
+j's mean reward over that source's positions. reward = process_coef * r~_process + outcome_coef * r~_outcome;
+returns = reverse cumsum (gamma 1); advantages = masked whitening of the returns over the batch.
+
+The implicit PRM is trained online with ``prm_loss`` (cross-entropy on sigmoid(beta * sum_t q_t) vs the outcome).
+Deviation: groups of one response raise (the leave-one-out baseline divides by n - 1).
+"""
+
+import torch
+import torch.nn.functional as F
+
+from harness import ops
+from harness.method import Method, hparam, register_advantage, register_method
+
+PRIME_OPTIONS = {"beta": 0.05, "process_coef": 5.0, "outcome_coef": 5.0, "drop_last_process_reward": True,
+                 "norm": "batch_norm"}
+
+
+def last_token_index(mask: torch.Tensor) -> torch.Tensor:
+    """Index of the last valid token of each row (-1 for an empty row)."""
+    positions = torch.arange(mask.shape[1], device=mask.device).expand_as(mask)
+    return torch.where(mask.bool(), positions, torch.full_like(positions, -1)).amax(-1)
+
+
+def reverse_cumsum(x: torch.Tensor) -> torch.Tensor:
+    return x.flip(-1).cumsum(-1).flip(-1)
+
+
+def leave_one_out(reward: torch.Tensor, positions: torch.Tensor, group: torch.Tensor, n_groups: int) -> torch.Tensor:
+    """Per-source RLOO on token rewards: r * n/(n-1) - sum_j m_j / (n-1) on ``positions``, 0 elsewhere."""
+    pos = positions.float()
+    counts = pos.sum(-1)
+    row_mean = (reward * pos).sum(-1) / counts.clamp_min(1)  # m_j (0 for a row with no position)
+    group_size = torch.zeros(n_groups).index_add_(0, group, torch.ones_like(row_mean))[group]
+    if bool((group_size < 2).any()):
+        raise ValueError("prime needs at least 2 responses per prompt (leave-one-out baseline); "
+                         f"found a group of {int(group_size.min())}")
+    group_sum = torch.zeros(n_groups).index_add_(0, group, row_mean)[group]
+    n = group_size[:, None]
+    return (reward * n / (n - 1) - group_sum[:, None] / (n - 1)) * pos
+
+
+@register_advantage("prime", options=PRIME_OPTIONS, extras=("prm_log_probs", "ref_log_probs"))
+def prime_advantage(scores, group, n_groups, mask, options, *, prm_log_probs, ref_log_probs):
+    """Implicit process rewards + outcome, leave-one-out per source, 5:5 mix, returns, whitening."""
+    if options["norm"] not in ("batch_norm", "none"):
+        raise ValueError(f"prime option norm={options['norm']!r}; allowed: batch_norm, none")
+    m = mask
+    last = last_token_index(m)
+    rows = torch.arange(m.shape[0])
+    has_token = last >= 0
+    process = options["beta"] * (prm_log_probs.detach().float() - ref_log_probs.detach().float()) * m
+    if options["drop_last_process_reward"]:
+        process[rows[has_token], last[has_token]] = 0.0
+    if options["norm"] == "batch_norm":
+        process = process / (reverse_cumsum(process).abs().max() + 1e-6)
+    outcome_pos = torch.zeros_like(m)
+    outcome_pos[rows[has_token], last[has_token]] = 1.0
+    outcome = outcome_pos * scores.float()[:, None]
+    reward = (options["process_coef"] * leave_one_out(process, m, group, n_groups)
+              + options["outcome_coef"] * leave_one_out(outcome, outcome_pos, group, n_groups))
+    returns = reverse_cumsum(reward * m)
+    return ops.masked_whiten(returns, m) * m
+
+
+def prm_loss(prm_log_probs: torch.Tensor, ref_log_probs: torch.Tensor, mask: torch.Tensor, acc: torch.Tensor,
+             beta: float = 0.05) -> torch.Tensor:
+    """PRIME's PRM cross-entropy: BCE(sigmoid(beta * sum_t (log pi_prm - log pi_ref)), acc), mean over responses.
+
+    Differentiable in ``prm_log_probs``; ``acc`` is the 0/1 outcome per response (B,).
+    """
+    logits = beta * ((prm_log_probs - ref_log_probs.detach()) * mask.to(prm_log_probs.dtype)).sum(-1)
+    return F.binary_cross_entropy_with_logits(logits, acc.to(logits.dtype))
+
+
+@register_method("prime")
+class PRIME(Method):
+    """PRIME advantages (needs prm_log_probs and ref_log_probs) + PPO clip (0.2, 0.2).
+
+    ``prm_*`` fields configure the backend's online PRM training (verl recipe defaults)."""
+
+    advantage: str = hparam("prime", "advantage estimator (see harness.list_advantages())")
+    prm_lr: float = hparam(1e-6, "learning rate of the implicit PRM", low=0.0)
+    prm_grad_clip: float = hparam(10.0, "grad-norm clip of the PRM update", low=0.0)
+    prm_update: str = hparam("before", "update the PRM before computing rewards (double forward) or after",
+                             choices=("before", "after"))
+
+    @property
+    def prm_beta(self) -> float:
+        return self.estimator_options()["beta"]

@@ -1,0 +1,248 @@
+"""Synthetic verifiable tasks for the pocket backend, and JSONL problem files.
+
+Every task yields problems ``{"prompt", "answer"}`` with a deterministic train/test split that does not depend
+on the run seed (the split seed is fixed per task), and grades a response with an exact verifier (1.0 / 0.0).
+
+- ``arith``: ``37+48=`` -> ``85`` (options: ``digits`` 1-4, ``ops`` subset of ``+-*``). One right answer.
+- ``countdown``: ``3 5 7 to 22:`` -> any expression using each number exactly once with ``+ - *`` and
+  parentheses that evaluates to the target (``3*5+7``). Several right answers, so there is entropy to keep.
+- a path to a ``.jsonl`` file of ``{"prompt", "answer"}``: graded by the math grader of ``evals`` when it is
+  installed, else by exact match after whitespace/``\\boxed{}`` normalisation.
+"""
+
+from __future__ import annotations
+
+import ast
+import itertools
+import json
+import random
+import re
+from collections import Counter
+from pathlib import Path
+
+from harness.config import ConfigError
+from harness.registry import Registry
+
+TASKS = Registry("task")
+SPLIT_SEED = 20250528  # fixed: the split never depends on the run seed
+
+
+def _check_options(task: str, options: dict, allowed: dict) -> dict:
+    """Merge ``options`` into defaults; unknown keys get a did-you-mean, values are type checked."""
+    import difflib
+
+    out = {k: v[0] for k, v in allowed.items()}
+    for k, v in (options or {}).items():
+        if k not in allowed:
+            close = difflib.get_close_matches(k, list(allowed), n=2, cutoff=0.5)
+            hint = f" Did you mean {' or '.join(repr(c) for c in close)}?" if close else ""
+            raise ConfigError(f"task.options.{k}: unknown option for task {task!r}.{hint} Allowed: {', '.join(allowed) or '(none)'}")
+        check = allowed[k][1]
+        msg = check(v)
+        if msg:
+            raise ConfigError(f"task.options.{k}: {v!r} is not allowed; {msg}")
+        out[k] = v
+    return out
+
+
+class Task:
+    name = ""
+    options_schema: dict = {}
+
+    def __init__(self, test_size: int = 200, options: dict | None = None):
+        self.options = _check_options(self.name, options or {}, self.options_schema)
+        problems = self.all_problems()
+        random.Random(SPLIT_SEED).shuffle(problems)
+        n_test = min(test_size, max(1, len(problems) // 5))
+        self.test = problems[:n_test]
+        self.train = problems[n_test:]
+        if not self.train:
+            raise ConfigError(f"task {self.name!r}: no training problems left after the test split")
+
+    def all_problems(self) -> list[dict]:
+        raise NotImplementedError
+
+    def verify(self, response: str, problem: dict) -> float:
+        raise NotImplementedError
+
+    def sft_answer(self, problem: dict) -> str:
+        return problem["answer"]
+
+
+def _int_range(lo, hi):
+    return lambda v: None if isinstance(v, int) and not isinstance(v, bool) and lo <= v <= hi else f"expected an integer in [{lo}, {hi}]"
+
+
+@TASKS.register("arith")
+class Arith(Task):
+    """Multi-digit integer arithmetic: ``a op b=`` -> the exact result."""
+
+    name = "arith"
+    options_schema = {
+        "digits": (2, _int_range(1, 4)),
+        "ops": ("+-", lambda v: None if isinstance(v, str) and v and set(v) <= set("+-*") else "expected a non-empty subset of '+-*'"),
+    }
+
+    def all_problems(self):
+        d, ops = self.options["digits"], self.options["ops"]
+        n = 10 ** d
+        rng = random.Random(SPLIT_SEED + d)
+        pairs = [(a, b) for a in range(n) for b in range(n)]
+        if len(pairs) > 20000:  # 3-4 digits: a fixed sample of the space
+            pairs = rng.sample(pairs, 20000)
+        out = []
+        for a, b in pairs:
+            for op in ops:
+                val = a + b if op == "+" else a - b if op == "-" else a * b
+                out.append({"prompt": f"{a}{op}{b}=", "answer": str(val)})
+        return out
+
+    def verify(self, response, problem):
+        return 1.0 if response.strip() == problem["answer"] else 0.0
+
+
+_ALLOWED_EXPR = re.compile(r"^[0-9+\-*() ]+$")
+
+
+def safe_eval(expr: str):
+    """Integer value of an expression of ints, + - * and parentheses; None for anything else."""
+    if not expr or len(expr) > 64 or not _ALLOWED_EXPR.match(expr):
+        return None
+    try:
+        tree = ast.parse(expr, mode="eval")
+    except (SyntaxError, ValueError):
+        return None
+
+    def ev(node):
+        if isinstance(node, ast.Expression):
+            return ev(node.body)
+        if isinstance(node, ast.Constant) and isinstance(node.value, int):
+            return node.value
+        if isinstance(node, ast.BinOp) and isinstance(node.op, (ast.Add, ast.Sub, ast.Mult)):
+            l, r = ev(node.left), ev(node.right)
+            if l is None or r is None:
+                return None
+            return l + r if isinstance(node.op, ast.Add) else l - r if isinstance(node.op, ast.Sub) else l * r
+        return None
+
+    return ev(tree)
+
+
+@TASKS.register("countdown")
+class Countdown(Task):
+    """Reach the target with each given number exactly once (``+ - *``, parentheses allowed)."""
+
+    name = "countdown"
+    options_schema = {
+        "n_numbers": (3, _int_range(2, 4)),
+        "max_number": (9, _int_range(2, 20)),
+    }
+
+    def all_problems(self):
+        k, hi = self.options["n_numbers"], self.options["max_number"]
+        seen: dict[tuple, dict] = {}
+        for nums in itertools.combinations_with_replacement(range(1, hi + 1), k):
+            for perm in sorted(set(itertools.permutations(nums))):
+                for ops in itertools.product("+-*", repeat=k - 1):
+                    expr = str(perm[0]) + "".join(o + str(x) for o, x in zip(ops, perm[1:]))
+                    val = safe_eval(expr)
+                    if val is None or val < 0:
+                        continue
+                    key = (nums, val)
+                    if key not in seen:
+                        seen[key] = {"prompt": f"{' '.join(map(str, nums))} to {val}:", "answer": expr,
+                                     "numbers": list(nums), "target": val}
+        return [seen[k] for k in sorted(seen)]
+
+    def verify(self, response, problem):
+        expr = response.strip()
+        val = safe_eval(expr)
+        if val is None or val != problem["target"]:
+            return 0.0
+        used = Counter(int(t) for t in re.findall(r"\d+", expr))
+        return 1.0 if used == Counter(problem["numbers"]) else 0.0
+
+
+def _normalise(s: str) -> str:
+    s = s.strip()
+    m = re.findall(r"\\boxed\{([^{}]*)\}", s)
+    if m:
+        s = m[-1]
+    return re.sub(r"\s+", "", s).rstrip(".")
+
+
+def _math_grader():
+    """The evals math grader when that part is installed, else None (exact match is used)."""
+    try:
+        from evals.graders import math as math_grader  # type: ignore
+    except Exception:
+        return None
+    for fn in ("grade", "grade_answer", "is_correct"):
+        if callable(getattr(math_grader, fn, None)):
+            return getattr(math_grader, fn)
+    return None
+
+
+class JsonlTask(Task):
+    """Problems from a JSONL file of ``{"prompt": str, "answer": str}`` (one per line)."""
+
+    name = "jsonl"
+
+    def __init__(self, path: str, test_size: int = 200, options: dict | None = None):
+        self.path = Path(path)
+        self.grader = None
+        self._grader_loaded = False
+        super().__init__(test_size, options)
+
+    def all_problems(self):
+        out = []
+        for i, line in enumerate(self.path.read_text().splitlines()):
+            if not line.strip():
+                continue
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError:
+                raise ConfigError(f"task.name: {self.path}: line {i + 1} is not valid JSON") from None
+            if not isinstance(row, dict) or not isinstance(row.get("prompt"), str) or "answer" not in row:
+                raise ConfigError(f"task.name: {self.path}: line {i + 1} needs string 'prompt' and 'answer' fields")
+            out.append({"prompt": row["prompt"], "answer": str(row["answer"])})
+        if len(out) < 2:
+            raise ConfigError(f"task.name: {self.path}: needs at least 2 problems, found {len(out)}")
+        return out
+
+    def verify(self, response, problem):
+        if not self._grader_loaded:
+            self.grader, self._grader_loaded = _math_grader(), True
+        if self.grader is not None:
+            try:
+                return 1.0 if self.grader(response, problem["answer"]) else 0.0
+            except Exception:
+                pass
+        return 1.0 if _normalise(response) == _normalise(problem["answer"]) else 0.0
+
+
+def is_jsonl(name: str) -> bool:
+    return name.endswith(".jsonl") or Path(name).is_file()
+
+
+def check_task(name: str, options: dict | None = None) -> None:
+    """ConfigError (with did-you-mean) unless ``name`` is a registered task or an existing JSONL file."""
+    if is_jsonl(name):
+        if not Path(name).is_file():
+            raise ConfigError(f"task.name: JSONL file not found: {name}")
+        if options:
+            raise ConfigError(f"task.options: a JSONL task takes no options, got {sorted(options)}")
+        return
+    if name not in TASKS:
+        from harness.registry import did_you_mean
+
+        raise ConfigError(f"task.name: {did_you_mean(name, TASKS.names(), 'task')}, or a path to a .jsonl file of {{prompt, answer}}")
+    cls = TASKS.get(name)
+    _check_options(name, options or {}, cls.options_schema)
+
+
+def make_task(name: str, test_size: int = 200, options: dict | None = None) -> Task:
+    check_task(name, options)
+    if is_jsonl(name):
+        return JsonlTask(name, test_size, options)
+    return TASKS.get(name)(test_size=test_size, options=options)

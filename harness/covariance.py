@@ -1,0 +1,46 @@
+"""Shared base of the covariance methods (Clip-Cov, KL-Cov): the token covariance over a selection scope.
+
+Cov(y_i) = (A_i - mean A)(log pi(y_i) - mean log pi) over the valid tokens of the population, with the
+current log-probs detached. The population is the tensors given (``scope="micro_batch"``, the official
+behaviour) or the whole mini-batch across ranks (``scope="global"``, see harness.selection).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from harness import ops
+from harness.method import Method, TokenLoss, hparam
+from harness.selection import SCOPES, covariance_means, distributed_active
+
+
+@dataclass
+class CovarianceMethod(Method):
+    scope: str = hparam("micro_batch", "selection population: micro_batch (official) or global (mini-batch, all ranks)",
+                        choices=SCOPES)
+
+    def covariance(self, log_probs, advantages, mask) -> tuple[torch.Tensor, int, bool]:
+        """(B,T) token covariance (0 on padding), population size N, and whether collectives are used."""
+        active = distributed_active(self.scope)
+        mean_a, mean_lp, n = covariance_means(advantages, log_probs, mask, active)
+        return ops.token_covariance(advantages, log_probs, mask, means=(mean_a, mean_lp)), n, active
+
+    def choose(self, log_probs, old_log_probs, advantages, mask, generator) -> torch.Tensor:
+        """(B,T) bool: the tokens this method acts on, over the population given."""
+        raise NotImplementedError
+
+    def select_tokens(self, log_probs, old_log_probs, advantages, mask, generator=None):
+        with torch.no_grad():
+            return self.choose(log_probs.detach(), old_log_probs.detach(), advantages.detach(), mask, generator)
+
+    def selection(self, log_probs, old_log_probs, advantages, mask, generator, selected) -> torch.Tensor:
+        """The precomputed plan slice when given, else a selection over the tensors given."""
+        if selected is not None:
+            return selected & mask.bool()
+        return self.select_tokens(log_probs, old_log_probs, advantages, mask, generator)
+
+    def per_token_loss(self, log_probs, old_log_probs, advantages, mask, *, step=0, generator=None,
+                       selected=None) -> TokenLoss:
+        raise NotImplementedError

@@ -1,0 +1,180 @@
+"""Shared tensor ops, one implementation each: masked statistics, group statistics, token covariance,
+loss aggregation and a vocabulary-streaming token entropy.
+
+Conventions (the official verl fork's): ``mask`` is (B, T) with 1 on response tokens; masked means divide by
+``sum(mask) + 1e-8`` so an empty mask gives 0, not NaN.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+EPS_MEAN = 1e-8  # verl masked_mean / token-mean denominator
+AGG_MODES = ("token-mean", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm")
+COV_GROUPS = {"top_0.02pct": 2e-4, "top_0.2pct": 2e-3, "top_2pct": 2e-2, "top_20pct": 0.2, "top_50pct": 0.5}
+
+
+# -- masked statistics ---------------------------------------------------------------------------
+def masked_sum(x: torch.Tensor, mask: torch.Tensor, dim=None) -> torch.Tensor:
+    return (x * mask).sum() if dim is None else (x * mask).sum(dim)
+
+
+def masked_mean(x: torch.Tensor, mask: torch.Tensor, dim=None) -> torch.Tensor:
+    """sum(x*m) / (sum(m) + 1e-8), over everything or along ``dim``."""
+    count = mask.sum() if dim is None else mask.sum(dim)
+    return masked_sum(x, mask, dim) / (count + EPS_MEAN)
+
+
+def masked_var(x: torch.Tensor, mask: torch.Tensor, unbiased: bool = True) -> torch.Tensor:
+    """Masked variance; unbiased applies Bessel's N/(N-1) (skipped when N <= 1, where it is undefined)."""
+    mean = masked_mean(x, mask)
+    var = masked_mean((x - mean) ** 2, mask)
+    n = float(mask.sum())
+    if unbiased and n > 1:
+        var = var * (n / (n - 1))
+    return var
+
+
+def masked_whiten(x: torch.Tensor, mask: torch.Tensor, shift_mean: bool = True) -> torch.Tensor:
+    """(x - mean) * rsqrt(var + 1e-8) with masked, Bessel-corrected statistics (verl's masked_whiten)."""
+    mean, var = masked_mean(x, mask), masked_var(x, mask)
+    white = (x - mean) * torch.rsqrt(var + 1e-8)
+    return white if shift_mean else white + mean
+
+
+# -- groups ----------------------------------------------------------------------------------------
+def group_index(group_ids) -> tuple[torch.Tensor, int]:
+    """Map arbitrary group ids (tensor of ints, or a list of hashables) to 0..G-1; returns (index (B,), G)."""
+    if not torch.is_tensor(group_ids):
+        keys: dict = {}
+        idx = [keys.setdefault(g, len(keys)) for g in group_ids]
+        return torch.tensor(idx, dtype=torch.long), len(keys)
+    _, inverse = torch.unique(group_ids, return_inverse=True)
+    return inverse.long(), int(inverse.max()) + 1 if inverse.numel() else 0
+
+
+def group_stats(scores: torch.Tensor, group: torch.Tensor, n_groups: int):
+    """Per-sample (group size, group sum, group mean, unbiased group std); std is NaN for size-1 groups."""
+    s = scores.to(torch.float32)
+    count = torch.zeros(n_groups, dtype=s.dtype).index_add_(0, group, torch.ones_like(s))
+    total = torch.zeros(n_groups, dtype=s.dtype).index_add_(0, group, s)
+    mean = total / count
+    sq = torch.zeros(n_groups, dtype=s.dtype).index_add_(0, group, (s - mean[group]) ** 2)
+    std = torch.sqrt(sq / (count - 1))  # size-1 groups: 0/0 = NaN, callers decide
+    return count[group], total[group], mean[group], std[group]
+
+
+# -- token covariance ------------------------------------------------------------------------------
+def token_covariance(advantages: torch.Tensor, log_probs: torch.Tensor, mask: torch.Tensor,
+                     means: tuple[torch.Tensor, torch.Tensor] | None = None) -> torch.Tensor:
+    """Per-token (A - mean A)(log pi - mean log pi), means over valid tokens (token-weighted), 0 on padding.
+
+    ``means`` overrides the two centring means (global scope passes mini-batch / all-rank means).
+    Inputs are detached: the covariance only selects tokens.
+    """
+    a, lp = advantages.detach().float(), log_probs.detach().float()
+    m = mask.float()
+    if means is None:
+        n = m.sum().clamp_min(1.0)
+        means = ((a * m).sum() / n, (lp * m).sum() / n)
+    return (a - means[0]) * (lp - means[1]) * m
+
+
+def covariance_groups(cov_valid: torch.Tensor) -> dict[str, float]:
+    """The paper's Table 1 view: mean covariance of all valid tokens and of the top 0.02/0.2/2/20/50 % groups.
+
+    A group of fraction p holds the max(1, floor(p*N)) largest values. Empty input -> {} (not measured).
+    """
+    n = cov_valid.numel()
+    if n == 0:
+        return {}
+    out = {"cov/mean": float(cov_valid.mean())}
+    k_max = max(1, int(n * max(COV_GROUPS.values())))
+    top = torch.topk(cov_valid, k_max, sorted=True).values
+    csum = top.cumsum(0, dtype=torch.float64)
+    for key, frac in COV_GROUPS.items():
+        k = max(1, int(n * frac))
+        out[f"cov/{key}"] = float(csum[k - 1] / k)
+    return out
+
+
+# -- aggregation -----------------------------------------------------------------------------------
+def agg_loss(loss_mat: torch.Tensor, mask: torch.Tensor, mode: str = "token-mean") -> torch.Tensor:
+    """Aggregate a (B, T) per-token loss, official modes.
+
+    token-mean: sum(l*m) / (sum(m) + 1e-8). seq-mean-token-sum: mean over all B rows of per-row sums.
+    seq-mean-token-mean: mean over rows of per-row token means; rows with no valid token are left out
+    (the official code divides 0/0 there, verl HEAD excludes them). seq-mean-token-sum-norm: sum(l*m) / T
+    (Dr. GRPO's constant normaliser, T = mask width).
+    """
+    m = mask.to(loss_mat.dtype)
+    if mode == "token-mean":
+        return (loss_mat * m).sum() / (m.sum() + EPS_MEAN)
+    if mode == "seq-mean-token-sum":
+        return (loss_mat * m).sum(-1).mean() if m.shape[0] else (loss_mat * m).sum()
+    if mode == "seq-mean-token-mean":
+        lengths = m.sum(-1)
+        rows = lengths > 0
+        per_row = (loss_mat * m).sum(-1)[rows] / lengths[rows]
+        return per_row.mean() if per_row.numel() else (loss_mat * m).sum()
+    if mode == "seq-mean-token-sum-norm":
+        return (loss_mat * m).sum() / max(m.shape[-1], 1)
+    raise ValueError(f"unknown aggregation mode {mode!r}; allowed: {', '.join(AGG_MODES)}")
+
+
+# -- entropy ---------------------------------------------------------------------------------------
+DEFAULT_VOCAB_CHUNK = 8192
+
+
+class _StreamingEntropy(torch.autograd.Function):
+    """H(z) = logsumexp(z) - sum softmax(z) * z, accumulated over vocabulary chunks with an online max.
+
+    Forward keeps O(rows x chunk) temporaries; backward recomputes p chunk by chunk:
+    dH/dz = -p * (z - E_p[z]).
+    """
+
+    @staticmethod
+    def forward(ctx, logits: torch.Tensor, chunk: int):
+        rows = logits.reshape(-1, logits.shape[-1])
+        acc = torch.float32 if rows.dtype in (torch.float16, torch.bfloat16) else rows.dtype
+        run_max = torch.full((rows.shape[0], 1), -math.inf, dtype=acc, device=rows.device)
+        sum_exp = torch.zeros_like(run_max)
+        sum_exp_z = torch.zeros_like(run_max)
+        for start in range(0, rows.shape[1], chunk):
+            z = rows[:, start:start + chunk].to(acc)
+            new_max = torch.maximum(run_max, z.amax(-1, keepdim=True))
+            scale = torch.exp(run_max - new_max)
+            e = (z - new_max).exp_()
+            sum_exp = sum_exp * scale + e.sum(-1, keepdim=True)
+            sum_exp_z = sum_exp_z * scale + (e.mul_(z)).sum(-1, keepdim=True)
+            run_max = new_max
+        lse = run_max + sum_exp.log()
+        mean_z = sum_exp_z / sum_exp
+        ctx.save_for_backward(logits, lse, mean_z)
+        ctx.chunk = chunk
+        return (lse - mean_z).reshape(logits.shape[:-1]).to(logits.dtype)
+
+    @staticmethod
+    def backward(ctx, grad_out: torch.Tensor):
+        logits, lse, mean_z = ctx.saved_tensors
+        rows = logits.reshape(-1, logits.shape[-1])
+        g = grad_out.reshape(-1, 1).to(lse.dtype)
+        grad = torch.empty_like(rows)
+        for start in range(0, rows.shape[1], ctx.chunk):
+            z = rows[:, start:start + ctx.chunk].to(lse.dtype)
+            p = (z - lse).exp_()
+            grad[:, start:start + ctx.chunk] = (p.mul_(mean_z - z).mul_(g)).to(grad.dtype)
+        return grad.reshape(logits.shape), None
+
+
+def entropy_from_logits(logits: torch.Tensor, chunk_size: int = DEFAULT_VOCAB_CHUNK) -> torch.Tensor:
+    """Token entropy of softmax(logits) over the last dim, streaming over the vocabulary in chunks.
+
+    Same value as ``-(log_softmax(z).exp() * log_softmax(z)).sum(-1)`` without a full-size softmax copy
+    (peak extra memory ~2 x rows x chunk). Differentiable. Divide logits by the temperature first.
+    """
+    if chunk_size <= 0:
+        raise ValueError(f"chunk_size must be a positive int, got {chunk_size}")
+    return _StreamingEntropy.apply(logits, int(chunk_size))

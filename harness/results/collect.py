@@ -1,0 +1,282 @@
+"""Run directories -> tidy pandas DataFrames (docs/contracts.md §2-4).
+
+``collect(paths)`` finds every run directory under ``paths`` and returns a :class:`Collection` with
+
+* ``runs``    one row per run dir: identity (model, method, seed, ...) and ``status``
+              (``completed`` | ``failed`` | ``interrupted`` | ``missing`` = no result.json yet);
+* ``metrics`` one row per logged training step (wide: one column per metrics.jsonl key, NaN = not logged);
+* ``evals``   one row per (run, eval step, suite): the suite's primary metric, its protocol and weight.
+
+Nothing missing is ever turned into 0: absent keys, null values and unfinished runs stay NaN / "missing".
+A corrupt metrics line is skipped with a :class:`CorruptMetricsWarning` naming file and line.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+import warnings
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Iterable
+
+import pandas as pd
+import yaml
+
+RUN_MARKERS = ("result.json", "metrics.jsonl", "config.yaml")
+PROTOCOL_KEYS = ("n_samples", "temperature", "top_p", "max_tokens")
+_STEP_FILE = re.compile(r"^step_(\d+)\.json$")
+
+
+class CorruptMetricsWarning(UserWarning):
+    """A metrics.jsonl line that is not a JSON object was skipped."""
+
+
+@dataclass
+class Collection:
+    runs: pd.DataFrame
+    metrics: pd.DataFrame
+    evals: pd.DataFrame
+    warnings: list[str] = field(default_factory=list)
+
+    @property
+    def completed(self) -> pd.DataFrame:
+        return self.runs[self.runs["status"] == "completed"]
+
+    @property
+    def not_completed(self) -> pd.DataFrame:
+        return self.runs[self.runs["status"] != "completed"]
+
+
+def find_run_dirs(paths: Iterable[str | Path]) -> list[Path]:
+    """Every directory holding a run marker file, searched recursively; a run dir is not searched further."""
+    found: list[Path] = []
+    for p in paths:
+        p = Path(p)
+        if not p.exists():
+            raise FileNotFoundError(f"no such run directory: {p}")
+        if not p.is_dir():
+            raise ValueError(f"{p} is not a directory (pass run directories or folders holding them)")
+        before = len(found)
+        _walk(p, found)
+        if len(found) == before:
+            raise FileNotFoundError(
+                f"no run directories under {p} (a run directory holds one of {', '.join(RUN_MARKERS)})"
+            )
+    seen, unique = set(), []
+    for d in found:
+        if d.resolve() not in seen:
+            seen.add(d.resolve())
+            unique.append(d)
+    return unique
+
+
+def _walk(d: Path, out: list[Path]) -> None:
+    if any((d / m).is_file() for m in RUN_MARKERS):
+        out.append(d)
+        return
+    for child in sorted(d.iterdir()):
+        if child.is_dir() and not child.name.startswith("."):
+            _walk(child, out)
+
+
+def read_metrics(path: Path) -> list[dict]:
+    """Parse metrics.jsonl; a line that is not a JSON object is skipped with a warning naming file:line."""
+    rows = []
+    with open(path, encoding="utf-8", errors="replace") as f:
+        for lineno, line in enumerate(f, start=1):
+            if not line.strip():
+                continue
+            try:
+                obj = json.loads(line)
+            except json.JSONDecodeError as e:
+                warnings.warn(f"{path}:{lineno}: skipped corrupt metrics line ({e.msg})", CorruptMetricsWarning,
+                              stacklevel=2)
+                continue
+            if not isinstance(obj, dict):
+                warnings.warn(f"{path}:{lineno}: skipped metrics line that is not a JSON object",
+                              CorruptMetricsWarning, stacklevel=2)
+                continue
+            rows.append({k: (math.nan if v is None else v) for k, v in obj.items()})
+    return rows
+
+
+def _read_json(path: Path) -> dict | None:
+    try:
+        obj = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError) as e:
+        warnings.warn(f"{path}: unreadable ({e}); treated as missing", CorruptMetricsWarning, stacklevel=2)
+        return None
+    return obj if isinstance(obj, dict) else None
+
+
+def _read_config(path: Path) -> dict:
+    try:
+        obj = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except (OSError, yaml.YAMLError):
+        return {}
+    return obj if isinstance(obj, dict) else {}
+
+
+def _name(v) -> str | None:
+    """A config entry that is a name or a section with a ``name``."""
+    if isinstance(v, dict):
+        v = v.get("name")
+    return None if v is None else str(v)
+
+
+def _run_info(run_dir: Path) -> dict:
+    result = _read_json(run_dir / "result.json") if (run_dir / "result.json").is_file() else None
+    cfg = _read_config(run_dir / "config.yaml") if (run_dir / "config.yaml").is_file() else {}
+    src = result or {}
+    method_cfg = src.get("method_config")
+    if method_cfg is None and isinstance(cfg.get("method"), dict):
+        method_cfg = {k: v for k, v in cfg["method"].items()}
+    method = src.get("method") or _name(cfg.get("method"))
+    advantage = src.get("advantage") or (method_cfg or {}).get("advantage")
+    return {
+        "run_dir": str(run_dir),
+        "run_id": src.get("run_id"),
+        "status": str(src.get("status", "completed")) if result else "missing",
+        "backend": src.get("backend") or _name(cfg.get("backend")),
+        "method": method,
+        "advantage": advantage,
+        "method_config": json.dumps(method_cfg or {}, sort_keys=True, default=str),
+        "model": src.get("model") or _name(cfg.get("model")),
+        "model_params": src.get("model_params"),
+        "task": src.get("task") or _name(cfg.get("task")),
+        "seed": src.get("seed", cfg.get("seed")),
+        "steps": src.get("steps"),
+        "wall_time_s": src.get("wall_time_s"),
+        "_result": result,
+    }
+
+
+def method_label(method: str | None, advantage: str | None) -> str:
+    """``kl_cov`` (GRPO advantages, the paper's default) or ``kl_cov+rloo`` when another estimator is used."""
+    m = method or "?"
+    if advantage and advantage not in (m, "grpo"):
+        return f"{m}+{advantage}"
+    return m
+
+
+def _disambiguate(runs: pd.DataFrame) -> pd.Series:
+    """Append differing hyper-parameters to labels shared by runs with different method configs."""
+    labels = runs["label"].copy()
+    for (_model, _task, label), grp in runs.groupby(["model", "task", "label"], dropna=False):
+        cfgs = {c: json.loads(c) for c in grp["method_config"].unique()}
+        if len(cfgs) < 2:
+            continue
+        keys = sorted({k for c in cfgs.values() for k in c})
+        differing = [k for k in keys if k not in ("seed", "name", "advantage")
+                     and len({json.dumps(c.get(k), sort_keys=True) for c in cfgs.values()}) > 1]
+        for idx in grp.index:
+            c = cfgs[runs.at[idx, "method_config"]]
+            labels[idx] = label + "(" + ",".join(f"{k}={c.get(k)}" for k in differing) + ")"
+    return labels
+
+
+def _suite_rows(run_dir: str, step, suites: dict, source: str) -> list[dict]:
+    rows = []
+    for name, res in (suites or {}).items():
+        if not isinstance(res, dict):
+            continue
+        metrics = res.get("metrics") or {}
+        primary = res.get("primary") or next(iter(metrics), None)
+        value = metrics.get(primary) if primary else None
+        n_problems, n_samples = res.get("n_problems"), res.get("n_samples")
+        weight = (n_problems * n_samples) if isinstance(n_problems, (int, float)) and isinstance(
+            n_samples, (int, float)) else math.nan
+        row = {"run_dir": run_dir, "step": step, "suite": res.get("suite", name), "metric": primary,
+               "value": math.nan if value is None else float(value),
+               "n_problems": n_problems, "weight": weight, "source": source}
+        for k in PROTOCOL_KEYS:
+            row[k] = res.get(k)
+        row["protocol"] = protocol_tag(res)
+        rows.append(row)
+    return rows
+
+
+def protocol_tag(res: dict) -> str:
+    """``n=32,T=0.6,top_p=1.0,max_tokens=8192``: results with different tags are never averaged together."""
+    short = {"n_samples": "n", "temperature": "T"}
+    return ",".join(f"{short.get(k, k)}={res.get(k)}" for k in PROTOCOL_KEYS)
+
+
+def _eval_rows(run_dir: Path, result: dict | None) -> list[dict]:
+    rows = []
+    final_step = None
+    if result and isinstance(result.get("eval"), dict):
+        ev = result["eval"]
+        final_step = ev.get("step", result.get("steps"))
+        rows += _suite_rows(str(run_dir), final_step, ev.get("suites"), "result.json")
+    eval_dir = run_dir / "eval"
+    if eval_dir.is_dir():
+        for f in sorted(eval_dir.iterdir()):
+            m = _STEP_FILE.match(f.name)
+            if not m:
+                continue
+            step = int(m.group(1))
+            if step == final_step and rows:
+                continue  # result.json already holds this step
+            obj = _read_json(f)
+            if obj is None:
+                continue
+            suites = obj.get("suites", obj)
+            rows += _suite_rows(str(run_dir), step, suites, f"eval/{f.name}")
+    return rows
+
+
+def collect(paths: Iterable[str | Path]) -> Collection:
+    """Read every run directory under ``paths`` (see the module docstring)."""
+    run_dirs = find_run_dirs(paths)
+    infos, metric_rows, eval_rows, messages = [], [], [], []
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for d in run_dirs:
+            info = _run_info(d)
+            result = info.pop("_result")
+            infos.append(info)
+            if (d / "metrics.jsonl").is_file():
+                for r in read_metrics(d / "metrics.jsonl"):
+                    r["run_dir"] = str(d)
+                    metric_rows.append(r)
+            eval_rows += _eval_rows(d, result)
+    for w in caught:  # re-emit so callers see them, and keep them for reports
+        messages.append(str(w.message))
+        warnings.warn(w.message, w.category, stacklevel=2)
+
+    runs = pd.DataFrame(infos)
+    runs["label"] = [method_label(m, a) for m, a in zip(runs["method"], runs["advantage"])]
+    runs["label"] = _disambiguate(runs)
+    runs["model_params"] = pd.to_numeric(runs["model_params"], errors="coerce")
+    ident = runs[["run_dir", "model", "model_params", "task", "label", "seed", "status"]]
+
+    metrics = pd.DataFrame(metric_rows)
+    if metrics.empty:
+        metrics = pd.DataFrame(columns=["run_dir", "step"])
+    elif "step" not in metrics:
+        metrics["step"] = metrics.groupby("run_dir").cumcount()
+    metrics = metrics.merge(ident, on="run_dir", how="left")
+    for c in metrics.columns:
+        if c not in ident.columns and metrics[c].dtype == object:
+            metrics[c] = pd.to_numeric(metrics[c], errors="coerce")
+
+    evals = pd.DataFrame(eval_rows, columns=["run_dir", "step", "suite", "metric", "value", "n_problems", "weight",
+                                             "source", *PROTOCOL_KEYS, "protocol"])
+    evals = evals.merge(ident, on="run_dir", how="left")
+    return Collection(runs=runs, metrics=metrics, evals=evals, warnings=messages)
+
+
+def final_evals(col: Collection) -> pd.DataFrame:
+    """The leaderboard's input: each completed run's final eval (the one in result.json, else its last step)."""
+    ev = col.evals[col.evals["status"] == "completed"]
+    if ev.empty:
+        return ev
+    from_result = ev[ev["source"] == "result.json"]
+    rest = ev[~ev["run_dir"].isin(from_result["run_dir"])]
+    if not rest.empty:
+        last = rest.groupby("run_dir")["step"].transform("max")
+        rest = rest[rest["step"] == last]
+    return pd.concat([from_result, rest], ignore_index=True)

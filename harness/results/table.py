@@ -1,0 +1,303 @@
+"""Leaderboard: rows (model, method), columns = suites, mean ± std over seeds, two averages, Δ vs a baseline.
+
+Scores are shown in percent. Two averages per run, then mean ± std over seeds:
+
+* ``avg (suites)``  the plain mean of the suite scores;
+* ``avg (samples)`` the paper's "Avg.": the mean over all evaluation samples, i.e. suites weighted by
+  ``n_problems * n_samples`` (AIME24/AIME25/AMC count 32x in the paper's protocol).
+
+A run's average is missing (never partial) when it lacks a suite that other runs of its task were scored on.
+Results of one suite under different protocols (metric, n, temperature, top_p, max_tokens) are refused, or
+with ``allow_mixed_protocols`` shown as separate columns and flagged.
+"""
+
+from __future__ import annotations
+
+import html
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+import pandas as pd
+
+from .collect import Collection, final_evals
+from .reference import PAPER_SUITES, canonical_suite, load_protocol, load_reference
+
+SCALE = 100.0  # eval metrics are fractions; tables show percent (the paper's unit)
+AVG_COLS = ["avg_suites", "avg_samples"]
+AVG_TITLES = {"avg_suites": "avg (suites)", "avg_samples": "avg (samples)"}
+DELTA_TITLES = {"avg_suites": "Δ avg (suites)", "avg_samples": "Δ avg (samples)"}
+
+
+@dataclass
+class Leaderboard:
+    rows: pd.DataFrame  # one row per (source, model, task, method); <col>_mean/_std/_n, delta_<avg>, best
+    columns: list[str]  # suite columns, then the two averages
+    notes: list[str] = field(default_factory=list)
+    show_task: bool = False
+    baseline: str | None = None
+
+
+def run_scores(col: Collection, allow_mixed_protocols: bool = False) -> tuple[pd.DataFrame, list[str]]:
+    """Each completed run's final score per suite (percent), after the protocol check."""
+    ev = final_evals(col).copy()
+    notes: list[str] = []
+    if ev.empty:
+        return ev.assign(column=[]), notes
+    ev["suite"] = ev["suite"].map(canonical_suite)
+    ev["value"] = ev["value"] * SCALE
+    ev["tag"] = ev["metric"].astype(str) + " | " + ev["protocol"]
+    ev["column"] = ev["suite"]
+    for suite, grp in ev.groupby("suite"):
+        tags = grp.groupby("tag")["run_dir"].apply(list)
+        if len(tags) == 1:
+            notes.append(f"{suite}: {tags.index[0]}")
+            continue
+        detail = "; ".join(f"[{t}] in {len(r)} run(s), e.g. {r[0]}" for t, r in tags.items())
+        if not allow_mixed_protocols:
+            raise ValueError(f"suite {suite!r} was evaluated under {len(tags)} different protocols: {detail}. "
+                             "These are never averaged together; re-evaluate with one protocol, or pass "
+                             "--allow-mixed-protocols to show each protocol as its own column")
+        ev.loc[grp.index, "column"] = suite + " [" + grp["tag"] + "]"
+        notes.append(f"FLAG: {suite} has {len(tags)} protocols, shown as separate columns: {detail}")
+    return ev, notes
+
+
+def _run_averages(ev: pd.DataFrame) -> pd.DataFrame:
+    """Per run: plain and sample-weighted mean over its task's suite columns (NaN if one is missing)."""
+    task_cols = ev.groupby(ev["task"].astype(str))["column"].apply(lambda s: sorted(set(s))).to_dict()
+    out = []
+    for run_dir, grp in ev.groupby("run_dir"):
+        cols = task_cols[str(grp["task"].iloc[0])]
+        vals = grp.set_index("column")["value"].reindex(cols)
+        w = grp.set_index("column")["weight"].reindex(cols).astype(float)
+        complete = vals.notna().all()
+        plain = float(vals.mean()) if complete else math.nan
+        weighted = float((vals * w).sum() / w.sum()) if complete and w.notna().all() and w.sum() > 0 else math.nan
+        out.append({"run_dir": run_dir, "avg_suites": plain, "avg_samples": weighted})
+    return pd.DataFrame(out)
+
+
+def _stats(values: pd.Series) -> tuple[float, float, int]:
+    v = values.dropna().astype(float)
+    n = int(len(v))
+    mean = float(v.mean()) if n else math.nan
+    std = float(v.std(ddof=1)) if n > 1 else math.nan
+    return mean, std, n
+
+
+def build_leaderboard(col: Collection | None, baseline: str | None = None, reference: str | None = None,
+                      allow_mixed_protocols: bool = False) -> Leaderboard:
+    """Aggregate runs (and optionally the paper's Table 2) into a :class:`Leaderboard`."""
+    rows: list[dict] = []
+    notes: list[str] = []
+    suite_cols: list[str] = []
+    if col is not None:
+        ev, proto_notes = run_scores(col, allow_mixed_protocols)
+        if ev.empty:
+            raise ValueError("no completed run has eval results (result.json 'eval'); nothing to tabulate. "
+                             + _missing_text(col))
+        avgs = _run_averages(ev)
+        per_run = ev.pivot_table(index="run_dir", columns="column", values="value", aggfunc="first")
+        per_run = per_run.join(avgs.set_index("run_dir"))
+        ident = col.runs.set_index("run_dir")[["model", "model_params", "task", "label", "seed"]]
+        per_run = per_run.join(ident)
+        suite_cols = sorted(ev["column"].unique(), key=_column_order)
+        for (model, task, label), grp in per_run.groupby(["model", "task", "label"], dropna=False):
+            row = {"source": "runs", "model": model, "model_params": grp["model_params"].max(), "task": task,
+                   "method": label, "seeds": ",".join(str(s) for s in sorted(grp["seed"].dropna().unique()))}
+            for c in suite_cols + AVG_COLS:
+                row[f"{c}_mean"], row[f"{c}_std"], row[f"{c}_n"] = _stats(grp[c])
+            rows.append(row)
+        notes.append("Scores in percent: mean ± sample std over seeds (n = seeds with a value). "
+                     "avg (suites) = plain mean of suites; avg (samples) = mean over all evaluation samples "
+                     "(suite weight n_problems × n_samples), as the paper's Avg.")
+        notes += [f"protocol {n}" for n in proto_notes]
+        missing = _missing_text(col)
+        if missing:
+            notes.append(missing)
+    if reference:
+        ref_rows, ref_notes = _reference_rows(reference)
+        rows += ref_rows
+        notes += ref_notes
+        for s in PAPER_SUITES:
+            if s not in suite_cols:
+                suite_cols.append(s)
+    table = pd.DataFrame(rows)
+    show_task = table["task"].nunique(dropna=False) > 1 if col is not None else False
+    baseline = _check_baseline(table, baseline)
+    _add_deltas(table, baseline)
+    _mark_best(table, suite_cols + AVG_COLS)
+    table = _sort(table, baseline)
+    return Leaderboard(rows=table, columns=suite_cols + AVG_COLS, notes=notes, show_task=show_task,
+                       baseline=baseline)
+
+
+def _column_order(c: str):
+    base = c.split(" [")[0]
+    return (PAPER_SUITES.index(base) if base in PAPER_SUITES else len(PAPER_SUITES), c)
+
+
+def _missing_text(col: Collection) -> str:
+    bad = col.not_completed
+    if bad.empty:
+        return ""
+    items = "; ".join(f"{r.run_dir} ({'no result.json' if r.status == 'missing' else r.status})"
+                      for r in bad.itertuples())
+    return f"MISSING: {len(bad)} run(s) not completed, left out (not counted as 0): {items}"
+
+
+def _reference_rows(name: str) -> tuple[list[dict], list[str]]:
+    ref = load_reference(name)
+    proto = load_protocol().set_index("suite")
+    weights = proto["eval_rows"].reindex(PAPER_SUITES).astype(float)
+    rows = []
+    for r in ref.itertuples(index=False):
+        r = r._asdict()
+        row = {"source": name, "model": r["model"], "model_params": r["model_params"], "task": "paper",
+               "method": r["method"], "seeds": ""}
+        for s in PAPER_SUITES:
+            row[f"{s}_mean"], row[f"{s}_std"], row[f"{s}_n"] = float(r[s]), math.nan, math.nan
+        vals = np.array([r[s] for s in PAPER_SUITES], dtype=float)
+        row["avg_suites_mean"] = float(vals.mean())
+        row["avg_samples_mean"] = float(r["avg"])
+        for a in AVG_COLS:
+            row[f"{a}_std"], row[f"{a}_n"] = math.nan, math.nan
+        rows.append(row)
+    note = (f"REFERENCE ({name}): Cui et al. 2025 Table 2 as reported, not re-run here (results/reference/). "
+            "Its avg (samples) is the paper's Avg.; its avg (suites) is computed here from the 7 columns. "
+            "Paper suite weights (evaluation rows): "
+            + ", ".join(f"{s}={int(w)}" for s, w in weights.items()))
+    return rows, [note]
+
+
+def _check_baseline(table: pd.DataFrame, baseline: str | None) -> str | None:
+    methods = sorted(table["method"].astype(str).unique()) if not table.empty else []
+    if baseline is None:
+        return "grpo" if "grpo" in methods else None
+    if baseline not in methods:
+        raise ValueError(f"baseline method {baseline!r} is not in the table; methods present: {', '.join(methods)}")
+    return baseline
+
+
+def _add_deltas(table: pd.DataFrame, baseline: str | None) -> None:
+    for a in AVG_COLS:
+        table[f"delta_{a}"] = math.nan
+    if baseline is None or table.empty:
+        return
+    for _, grp in table.groupby(["source", "model", "task"], dropna=False):
+        base = grp[grp["method"] == baseline]
+        if base.empty:
+            continue
+        for a in AVG_COLS:
+            table.loc[grp.index, f"delta_{a}"] = grp[f"{a}_mean"] - base[f"{a}_mean"].iloc[0]
+
+
+def _mark_best(table: pd.DataFrame, columns: list[str]) -> None:
+    """``best`` lists the columns where a row has the highest mean within its (source, model, task) block."""
+    best: dict[int, list[str]] = {i: [] for i in table.index}
+    for _, grp in table.groupby(["source", "model", "task"], dropna=False):
+        if len(grp) < 2:
+            continue
+        for c in columns:
+            vals = grp[f"{c}_mean"]
+            if vals.notna().sum() < 2:
+                continue
+            top = vals.max()
+            for i in grp.index[np.isclose(vals.fillna(-np.inf), top)]:
+                best[i].append(c)
+    table["best"] = [";".join(best[i]) for i in table.index]
+
+
+def _sort(table: pd.DataFrame, baseline: str | None) -> pd.DataFrame:
+    if table.empty:
+        return table
+    t = table.assign(_src=(table["source"] != "runs").astype(int),
+                     _size=table["model_params"].fillna(np.inf),
+                     _base=(table["method"] != baseline).astype(int))
+    return t.sort_values(["_src", "_size", "model", "task", "_base", "method"]).drop(
+        columns=["_src", "_size", "_base"]).reset_index(drop=True)
+
+
+# ---------------------------------------------------------------- formatting
+
+def _cell(row: pd.Series, c: str) -> str:
+    mean, std, n = row[f"{c}_mean"], row[f"{c}_std"], row[f"{c}_n"]
+    if pd.isna(mean):
+        return "—" if row["source"] == "runs" else ""
+    text = f"{mean:.1f}"
+    if row["source"] == "runs":
+        text += (f" ± {std:.1f}" if pd.notna(std) else "") + f" (n={int(n)})"
+    return text
+
+
+def _delta(v: float) -> str:
+    return "" if pd.isna(v) else f"{v:+.1f}"
+
+
+def _display(lb: Leaderboard, bold) -> tuple[list[str], list[list[str]]]:
+    head = ["model", *(["task"] if lb.show_task else []), "method", "source"]
+    head += [AVG_TITLES.get(c, c) for c in lb.columns]
+    base = lb.baseline or "baseline"
+    head += [f"{DELTA_TITLES[a]} vs {base}" for a in AVG_COLS]
+    body = []
+    for _, r in lb.rows.iterrows():
+        best = set(filter(None, r["best"].split(";")))
+        line = [str(r["model"]), *([str(r["task"])] if lb.show_task else []), str(r["method"]),
+                "run" if r["source"] == "runs" else f"{r['source']} (reference)"]
+        line += [bold(_cell(r, c)) if c in best else _cell(r, c) for c in lb.columns]
+        line += [_delta(r[f"delta_{a}"]) for a in AVG_COLS]
+        body.append(line)
+    return head, body
+
+
+def to_markdown(lb: Leaderboard) -> str:
+    head, body = _display(lb, lambda s: f"**{s}**")
+    lines = ["| " + " | ".join(head) + " |", "|" + "|".join("---" for _ in head) + "|"]
+    lines += ["| " + " | ".join(c.replace("|", "\\|") for c in row) + " |" for row in body]
+    return "\n".join(lines) + "\n\n" + "\n".join(f"- {n}" for n in lb.notes) + ("\n" if lb.notes else "")
+
+
+def _tex_escape(s: str) -> str:
+    for a, b in [("\\", r"\textbackslash{}"), ("&", r"\&"), ("%", r"\%"), ("_", r"\_"), ("#", r"\#"),
+                 ("±", r"$\pm$"), ("Δ", r"$\Delta$"), ("—", "--")]:
+        s = s.replace(a, b)
+    return s
+
+
+def to_latex(lb: Leaderboard) -> str:
+    head, body = _display(lb, lambda s: "\x00" + s + "\x01")
+    esc = lambda s: _tex_escape(s).replace("\x00", r"\textbf{").replace("\x01", "}")  # noqa: E731
+    spec = "l" * (4 if lb.show_task else 3) + "r" * (len(head) - (4 if lb.show_task else 3))
+    out = [r"\begin{tabular}{" + spec + "}", r"\toprule", " & ".join(esc(h) for h in head) + r" \\", r"\midrule"]
+    out += [" & ".join(esc(c) for c in row) + r" \\" for row in body]
+    out += [r"\bottomrule", r"\end{tabular}"]
+    out += ["% " + n for n in lb.notes]
+    return "\n".join(out) + "\n"
+
+
+def to_html(lb: Leaderboard) -> str:
+    head, body = _display(lb, lambda s: "\x00" + s + "\x01")
+    esc = lambda s: html.escape(s).replace("\x00", "<b>").replace("\x01", "</b>")  # noqa: E731
+    out = ["<table>", "<thead><tr>" + "".join(f"<th>{esc(h)}</th>" for h in head) + "</tr></thead>", "<tbody>"]
+    out += ["<tr>" + "".join(f"<td>{esc(c)}</td>" for c in row) + "</tr>" for row in body]
+    out += ["</tbody>", "</table>"] + [f"<p>{html.escape(n)}</p>" for n in lb.notes]
+    return "\n".join(out) + "\n"
+
+
+def to_csv(lb: Leaderboard) -> str:
+    """Machine-readable: one row per (source, model, task, method), numbers unrounded (percent)."""
+    keep = ["source", "model", "model_params", "task", "method", "seeds"]
+    for c in lb.columns:
+        keep += [f"{c}_mean", f"{c}_std", f"{c}_n"]
+    keep += [f"delta_{a}" for a in AVG_COLS] + ["best"]
+    return lb.rows.reindex(columns=keep).to_csv(index=False, float_format="%.6g")
+
+
+FORMATS = {"md": to_markdown, "tex": to_latex, "html": to_html, "csv": to_csv}
+
+
+def render(lb: Leaderboard, fmt: str) -> str:
+    if fmt not in FORMATS:
+        raise ValueError(f"unknown table format {fmt!r}; allowed: {', '.join(FORMATS)}")
+    return FORMATS[fmt](lb)

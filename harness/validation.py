@@ -1,0 +1,59 @@
+"""Input checks for the method hooks: errors name the argument, the expected shape and what was given."""
+
+from __future__ import annotations
+
+import torch
+
+
+def _tensor(name: str, x) -> torch.Tensor:
+    if not torch.is_tensor(x):
+        raise TypeError(f"{name} must be a torch.Tensor, got {type(x).__name__}")
+    return x
+
+
+def check_mask(mask, name: str = "mask") -> torch.Tensor:
+    mask = _tensor(name, mask)
+    if mask.dim() != 2:
+        raise ValueError(f"{name} must be 2-D (B, T), got shape {tuple(mask.shape)}")
+    if mask.dtype != torch.bool and not bool(((mask == 0) | (mask == 1)).all()):
+        raise ValueError(f"{name} must hold only 0/1 (or bool) values")
+    return mask
+
+
+def check_token_tensor(name: str, x, mask: torch.Tensor, *, float_only: bool = True) -> torch.Tensor:
+    """(B, T) like ``mask``, floating point, finite on the valid tokens (padding may hold anything)."""
+    x = _tensor(name, x)
+    if tuple(x.shape) != tuple(mask.shape):
+        raise ValueError(f"{name} has shape {tuple(x.shape)} but mask has shape {tuple(mask.shape)}; "
+                         f"all token tensors must be (B, T) = {tuple(mask.shape)}")
+    if float_only and not x.is_floating_point():
+        raise TypeError(f"{name} must be a floating-point tensor, got {x.dtype}")
+    bad = ~torch.isfinite(x.detach()) & mask.bool()
+    if bool(bad.any()):
+        b, t = (int(i) for i in bad.nonzero()[0])
+        raise ValueError(f"{name} has a non-finite value (NaN or inf) on a valid token, first at [{b}, {t}] "
+                         f"({int(bad.sum())} in all)")
+    return x
+
+
+def check_sample_tensor(name: str, x, batch: int) -> torch.Tensor:
+    x = _tensor(name, x)
+    if x.dim() != 1 or x.shape[0] != batch:
+        raise ValueError(f"{name} must be 1-D with one entry per response (B={batch}), got shape {tuple(x.shape)}")
+    if x.is_floating_point() and not bool(torch.isfinite(x).all()):
+        raise ValueError(f"{name} has a non-finite value (NaN or inf) at index {int((~torch.isfinite(x)).nonzero()[0])}")
+    return x
+
+
+def check_group_ids(group_ids, batch: int):
+    if torch.is_tensor(group_ids):
+        if group_ids.dim() != 1 or group_ids.shape[0] != batch:
+            raise ValueError(f"group_ids must be 1-D with one entry per response (B={batch}), "
+                             f"got shape {tuple(group_ids.shape)}")
+        if group_ids.is_floating_point():
+            raise TypeError(f"group_ids must be integer ids, got {group_ids.dtype}")
+        return group_ids
+    group_ids = list(group_ids)
+    if len(group_ids) != batch:
+        raise ValueError(f"group_ids must have one entry per response (B={batch}), got {len(group_ids)}")
+    return group_ids

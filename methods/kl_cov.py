@@ -1,0 +1,49 @@
+"""KL-Cov (Cui et al. 2025, §5): an |log-ratio| penalty on the top-covariance tokens.
+
+Official semantics (verl ``compute_policy_loss_kl_cov``): no PPO clip at all; l_i = -A_i r_i, plus
+beta * |log r_i| on the K = max(1, floor(k_ratio * N)) tokens of largest Cov (N = valid tokens; none when N = 0).
+``k_ratio`` is a fraction (official scripts: k_percent 0.2 = 2e-3 for 7B, 0.02 = 2e-4 for 32B). The penalty is
+to the behaviour (old) policy, so it is 0 on the first, on-policy update of a rollout. Ties at the K-th value
+are broken by position (the official ``torch.topk`` breaks them arbitrarily).
+Additions: ``beta_schedule="linear"`` anneals beta to 0 over ``anneal_steps`` (the comparative analysis
+recommends annealing); ``scope="global"`` selects over the whole mini-batch (and all ranks).
+"""
+
+import torch
+
+from harness.covariance import CovarianceMethod
+from harness.method import TokenLoss, hparam, register_method
+from harness.selection import top_k_mask
+
+
+@register_method("kl_cov")
+class KLCov(CovarianceMethod):
+    """GRPO advantages; unclipped policy gradient; beta * |log r| on the top-k covariance tokens."""
+
+    k_ratio: float = hparam(2e-3, "fraction of valid tokens penalised (top covariance), at least 1",
+                            low=0.0, high=1.0, low_open=True)
+    beta: float = hparam(1.0, "coefficient of |log pi - log pi_old| on the selected tokens", low=0.0)
+    beta_schedule: str = hparam("constant", "constant, or linear anneal to 0 over anneal_steps",
+                                choices=("constant", "linear"))
+    anneal_steps: int = hparam(1000, "steps of the linear beta anneal", low=1)
+
+    def beta_at(self, step: int) -> float:
+        if self.beta_schedule == "linear":
+            return self.beta * max(0.0, 1.0 - step / self.anneal_steps)
+        return self.beta
+
+    def choose(self, log_probs, old_log_probs, advantages, mask, generator):
+        cov, n, active = self.covariance(log_probs, advantages, mask)
+        valid = mask.bool()
+        k = max(1, int(n * self.k_ratio)) if n > 0 else 0
+        selected = torch.zeros_like(valid)
+        selected[valid] = top_k_mask(cov[valid], k, active)
+        return selected
+
+    def per_token_loss(self, log_probs, old_log_probs, advantages, mask, *, step=0, generator=None, selected=None):
+        log_ratio = log_probs - old_log_probs
+        chosen = self.selection(log_probs, old_log_probs, advantages, mask, generator, selected)
+        beta = self.beta_at(step)
+        loss = -advantages * torch.exp(log_ratio) + beta * log_ratio.abs() * chosen.to(log_ratio.dtype)
+        return TokenLoss(loss, clipped=torch.zeros_like(chosen), selected=chosen,
+                         metrics={"kl_cov/beta": beta})
