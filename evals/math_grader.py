@@ -1,0 +1,246 @@
+"""Math answer grading: last ``\\boxed{}`` + math-verify, with a process pool and a hard per-item timeout.
+
+What differs from the official Entropy-Mechanism grader (verl ``prime_math`` rewrite): we use math-verify
+alone (no PRM800K string/sympy fallbacks, whose ``isclose(rel_tol=1e-4)`` accepts ``9999`` for ``10,000``),
+the answer is *only* the content of the last brace-matched ``\\boxed{}``/``\\fbox{}`` (no box -> incorrect,
+never math-verify's unanchored "the answer is ..." extraction, which grades restated questions as correct),
+and every item runs in a worker process that is killed when it overruns, so a tower of exponents cannot hang
+an evaluation (math-verify's own timeouts are SIGALRM-based and cannot interrupt C-level sympy work).
+"""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import os
+import re
+import time
+from dataclasses import dataclass
+from multiprocessing.connection import wait as mp_wait
+from typing import Iterable, Sequence
+
+from tqdm.auto import tqdm
+
+BOX_COMMANDS = ("\\boxed", "\\fbox")
+DEFAULT_ITEM_TIMEOUT_S = 10.0
+_THOUSANDS = re.compile(r"^[+-]?\d{1,3}(,\d{3})+(\.\d+)?$")
+_PLAIN_INT = re.compile(r"^([+-]?)0*(\d+)$")
+_INT_FLOAT = re.compile(r"^([+-]?\d+)\.0+$")
+
+
+def extract_last_boxed(text: str) -> str | None:
+    """Content of the last brace-matched ``\\boxed{...}`` (or ``\\fbox{...}``, ``\\boxed 5``); None if absent.
+
+    An unclosed box does not count (it is not an answer the model committed to)."""
+    if not text:
+        return None
+    # scan candidates from the last one backwards: the last *well-formed* box wins
+    starts = sorted({m.start() for cmd in BOX_COMMANDS for m in re.finditer(re.escape(cmd), text)}, reverse=True)
+    for start in starts:
+        cmd = next(c for c in BOX_COMMANDS if text.startswith(c, start))
+        i = start + len(cmd)
+        if i < len(text) and text[i] == " ":  # "\boxed 5" (old-style)
+            m = re.match(r" ([^\s$]+)", text[i:])
+            if m:
+                return m.group(1)
+            continue
+        while i < len(text) and text[i] in " \t":
+            i += 1
+        if i >= len(text) or text[i] != "{":
+            continue
+        depth, j = 0, i
+        while j < len(text):
+            if text[j] == "{" and text[j - 1:j] != "\\":
+                depth += 1
+            elif text[j] == "}" and text[j - 1:j] != "\\":
+                depth -= 1
+                if depth == 0:
+                    return text[i + 1:j].strip()
+            j += 1
+    return None
+
+
+def normalize_answer(ans: str) -> str:
+    """Light, documented normalisation applied to gold and prediction before math-verify.
+
+    Strips ``$``, ``\\,``/``{,}`` thousands separators, plain ``10,000`` separators, AIME zero padding
+    (``025`` -> ``25``) and integral floats (``27.0`` -> ``27``, AMC23 stores floats)."""
+    s = str(ans).strip()
+    if s.startswith("$") and s.endswith("$") and len(s) >= 2:
+        s = s.strip("$").strip()
+    boxed = extract_last_boxed(s) if any(c in s for c in BOX_COMMANDS) else None
+    if boxed is not None:
+        s = boxed
+    s = s.replace("{,}", "").replace("\\!", "")
+    if re.fullmatch(r"[+-]?\d{1,3}(\\,\d{3})+(\.\d+)?", s):
+        s = s.replace("\\,", "")
+    s = s.rstrip(".").strip()
+    if _THOUSANDS.match(s):
+        s = s.replace(",", "")
+    m = _INT_FLOAT.match(s)
+    if m:
+        s = m.group(1)
+    m = _PLAIN_INT.match(s)
+    if m:
+        s = (m.group(1) if m.group(1) == "-" else "") + m.group(2)
+    return s
+
+
+@dataclass
+class MathVerdict:
+    correct: bool
+    pred: str | None
+    reason: str  # correct | wrong | no_box | parse_error | timeout | error
+
+    def as_dict(self) -> dict:
+        return {"correct": self.correct, "pred": self.pred, "reason": self.reason}
+
+
+def grade_math(response: str, gold: str, *, parse_timeout: int = 5) -> MathVerdict:
+    """Grade one response in the calling thread (must be a main thread: math-verify uses SIGALRM)."""
+    from math_verify import ExprExtractionConfig, LatexExtractionConfig, parse, verify
+
+    pred = extract_last_boxed(response or "")
+    if pred is None:
+        return MathVerdict(False, None, "no_box")
+    if not pred.strip():
+        return MathVerdict(False, pred, "no_box")
+    gold_n, pred_n = normalize_answer(gold), normalize_answer(pred)
+    if gold_n == pred_n:
+        return MathVerdict(True, pred, "correct")
+    try:
+        g = parse("\\boxed{" + gold_n + "}", [LatexExtractionConfig()], parsing_timeout=parse_timeout)
+        if not g:  # gold that is not LaTeX (e.g. "x^2 + 1" plain text)
+            g = parse(gold_n, [ExprExtractionConfig(), LatexExtractionConfig()], parsing_timeout=parse_timeout)
+        p = parse("\\boxed{" + pred_n + "}", [LatexExtractionConfig(), ExprExtractionConfig()],
+                  parsing_timeout=parse_timeout)
+        if not g or not p:
+            return MathVerdict(False, pred, "parse_error")
+        ok = verify(g, p, timeout_seconds=parse_timeout)
+    except BaseException as e:  # math-verify's TimeoutException subclasses BaseException
+        if isinstance(e, (KeyboardInterrupt, SystemExit)):
+            raise
+        return MathVerdict(False, pred, "timeout" if "imeout" in type(e).__name__ else "error")
+    return MathVerdict(bool(ok), pred, "correct" if ok else "wrong")
+
+
+# --------------------------------------------------------------------------------------------------
+# Process pool with a hard per-item timeout (a worker that overruns is killed and replaced).
+
+
+def _worker_main(conn) -> None:
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        import math_verify  # noqa: F401  (warm import once per worker)
+    except Exception:
+        pass
+    while True:
+        try:
+            msg = conn.recv()
+        except EOFError:
+            return
+        if msg is None:
+            return
+        idx, response, gold = msg
+        try:
+            v = grade_math(response, gold).as_dict()
+        except BaseException as e:  # noqa: BLE001 - a grading crash is an incorrect answer, not a crash
+            v = {"correct": False, "pred": None, "reason": f"error: {type(e).__name__}"}
+        conn.send((idx, v))
+
+
+class MathGraderPool:
+    """Grade many (response, gold) pairs in ``workers`` processes; each item gets ``timeout_s`` wall time.
+
+    Use as a context manager. ``grade(pairs)`` returns verdict dicts in input order."""
+
+    def __init__(self, workers: int | None = None, timeout_s: float = DEFAULT_ITEM_TIMEOUT_S):
+        self.workers = max(1, workers or os.cpu_count() or 1)
+        self.timeout_s = float(timeout_s)
+        method = "fork" if "fork" in mp.get_all_start_methods() else "spawn"
+        self._ctx = mp.get_context(method)
+        self._procs: list = []
+
+    def _spawn(self):
+        parent, child = self._ctx.Pipe()
+        p = self._ctx.Process(target=_worker_main, args=(child,), daemon=True)
+        p.start()
+        child.close()
+        return [p, parent]
+
+    def __enter__(self):
+        self._procs = [self._spawn() for _ in range(self.workers)]
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def close(self) -> None:
+        for p, conn in self._procs:
+            try:
+                conn.send(None)
+            except (OSError, BrokenPipeError):
+                pass
+        for p, conn in self._procs:
+            p.join(timeout=1)
+            if p.is_alive():
+                p.kill()
+                p.join()
+            conn.close()
+        self._procs = []
+
+    def grade(self, pairs: Sequence[tuple[str, str]], progress: bool = False) -> list[dict]:
+        if not self._procs:
+            with self:
+                return self.grade(pairs, progress)
+        results: list[dict | None] = [None] * len(pairs)
+        todo = list(range(len(pairs)))[::-1]
+        busy: dict[int, tuple[int, float]] = {}  # slot -> (item, deadline)
+        bar = tqdm(total=len(pairs), desc="grading math", disable=not progress, leave=False)
+        while todo or busy:
+            for slot in range(len(self._procs)):
+                if slot not in busy and todo:
+                    i = todo.pop()
+                    self._procs[slot][1].send((i, pairs[i][0], pairs[i][1]))
+                    busy[slot] = (i, time.monotonic() + self.timeout_s)
+            conns = {self._procs[s][1]: s for s in busy}
+            next_deadline = min(d for _, d in busy.values())
+            ready = mp_wait(list(conns), timeout=max(0.0, next_deadline - time.monotonic()))
+            for c in ready:
+                slot = conns[c]
+                try:
+                    idx, verdict = c.recv()
+                except (EOFError, OSError):  # worker died (e.g. killed by the OOM killer)
+                    idx, verdict = busy[slot][0], {"correct": False, "pred": None, "reason": "error: worker died"}
+                    self._replace(slot)
+                results[idx] = verdict
+                del busy[slot]
+                bar.update(1)
+            now = time.monotonic()
+            for slot, (i, deadline) in list(busy.items()):
+                if now >= deadline and slot in busy:
+                    self._replace(slot)
+                    from_box = extract_last_boxed(pairs[i][0] or "")
+                    results[i] = {"correct": False, "pred": from_box, "reason": "timeout"}
+                    del busy[slot]
+                    bar.update(1)
+        bar.close()
+        return results  # type: ignore[return-value]
+
+    def _replace(self, slot: int) -> None:
+        p, conn = self._procs[slot]
+        p.kill()
+        p.join()
+        conn.close()
+        self._procs[slot] = self._spawn()
+
+
+def grade_math_many(pairs: Iterable[tuple[str, str]], workers: int | None = None,
+                    timeout_s: float = DEFAULT_ITEM_TIMEOUT_S, progress: bool = False) -> list[dict]:
+    """Convenience wrapper: grade pairs in a fresh pool."""
+    pairs = list(pairs)
+    if not pairs:
+        return []
+    with MathGraderPool(workers=min(workers or os.cpu_count() or 1, len(pairs)), timeout_s=timeout_s) as pool:
+        return pool.grade(pairs, progress=progress)
