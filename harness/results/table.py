@@ -103,9 +103,11 @@ def build_leaderboard(col: Collection | None, baseline: str | None = None, refer
         ident = col.runs.set_index("run_dir")[["model", "model_params", "task", "label", "seed"]]
         per_run = per_run.join(ident)
         suite_cols = sorted(ev["column"].unique(), key=_column_order)
+        task_cols = ev.groupby(ev["task"].astype(str))["column"].apply(lambda s: ";".join(sorted(set(s)))).to_dict()
         for (model, task, label), grp in per_run.groupby(["model", "task", "label"], dropna=False):
             row = {"source": "runs", "model": model, "model_params": grp["model_params"].max(), "task": task,
-                   "method": label, "seeds": ",".join(str(s) for s in sorted(grp["seed"].dropna().unique()))}
+                   "method": label, "seeds": ",".join(str(s) for s in sorted(grp["seed"].dropna().unique())),
+                   "task_suites": task_cols.get(str(task), "")}
             for c in suite_cols + AVG_COLS:
                 row[f"{c}_mean"], row[f"{c}_std"], row[f"{c}_n"] = _stats(grp[c])
             rows.append(row)
@@ -124,7 +126,8 @@ def build_leaderboard(col: Collection | None, baseline: str | None = None, refer
             if s not in suite_cols:
                 suite_cols.append(s)
     table = pd.DataFrame(rows)
-    show_task = table["task"].nunique(dropna=False) > 1 if col is not None else False
+    runs_only = table[table["source"] == "runs"] if not table.empty else table
+    show_task = bool(len(runs_only)) and runs_only["task"].nunique(dropna=False) > 1
     baseline = _check_baseline(table, baseline)
     _add_deltas(table, baseline)
     _mark_best(table, suite_cols + AVG_COLS)
@@ -155,7 +158,7 @@ def _reference_rows(name: str) -> tuple[list[dict], list[str]]:
     for r in ref.itertuples(index=False):
         r = r._asdict()
         row = {"source": name, "model": r["model"], "model_params": r["model_params"], "task": "paper",
-               "method": r["method"], "seeds": ""}
+               "method": r["method"], "seeds": "", "task_suites": ";".join(PAPER_SUITES)}
         for s in PAPER_SUITES:
             row[f"{s}_mean"], row[f"{s}_std"], row[f"{s}_n"] = float(r[s]), math.nan, math.nan
         vals = np.array([r[s] for s in PAPER_SUITES], dtype=float)
@@ -223,8 +226,8 @@ def _sort(table: pd.DataFrame, baseline: str | None) -> pd.DataFrame:
 
 def _cell(row: pd.Series, c: str) -> str:
     mean, std, n = row[f"{c}_mean"], row[f"{c}_std"], row[f"{c}_n"]
-    if pd.isna(mean):
-        return "—" if row["source"] == "runs" else ""
+    if pd.isna(mean):  # "—" = missing for a suite this row's task is scored on; blank = not applicable
+        return "—" if c in str(row.get("task_suites", "")).split(";") or c in AVG_COLS else ""
     text = f"{mean:.1f}"
     if row["source"] == "runs":
         text += (f" ± {std:.1f}" if pd.notna(std) else "") + f" (n={int(n)})"

@@ -1,0 +1,192 @@
+"""``harness table``, ``harness plot`` and ``harness fit``."""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+import warnings
+from pathlib import Path
+
+from .table import FORMATS
+
+
+def register(sub) -> None:
+    t = sub.add_parser("table", help="leaderboard of runs (mean ± std over seeds), optionally beside the paper",
+                       description="Rows (model, method), columns = suites, in percent; two averages and Δ vs a "
+                                   "baseline. With no RUNS and --reference paper, prints the paper's Table 2.")
+    t.add_argument("runs", nargs="*", help="run directories or folders holding them")
+    t.add_argument("--format", default="md", choices=sorted(FORMATS), help="output format (default md)")
+    t.add_argument("--baseline", default=None, help="method the Δ columns compare with (default: grpo if present)")
+    t.add_argument("--reference", choices=["paper"], default=None, help="add the paper's Table 2, marked reference")
+    t.add_argument("--allow-mixed-protocols", action="store_true",
+                   help="show a suite evaluated under several protocols as one column per protocol (flagged)")
+    t.add_argument("--out", type=Path, default=None, help="write to this file instead of stdout")
+    t.set_defaults(func=cmd_table)
+
+    p = sub.add_parser("plot", help="standard figures (PNG and PDF) from runs")
+    p.add_argument("runs", nargs="+", help="run directories or folders holding them")
+    p.add_argument("--out", type=Path, required=True, help="folder for the figures")
+    p.add_argument("--score-key", default="auto",
+                   help="score for score-vs-step/entropy: auto (eval/<suite>/<metric> if logged, else reward/mean) "
+                        "or any metrics.jsonl key")
+    p.add_argument("--only", action="append", default=None, help="make only this figure (repeatable)")
+    p.add_argument("--formats", default="png,pdf", help="comma-separated image formats (default png,pdf)")
+    p.add_argument("--include-incomplete", action="store_true", help="also plot runs without result.json")
+    p.set_defaults(func=cmd_plot)
+
+    f = sub.add_parser("fit", help="fit the entropy law R = -a·exp(H) + b",
+                       description="Fits a, b (R², ceiling -a+b) per run or model from RUNS, or from exported "
+                                   "CSV logs. --fit-fraction F fits on the first F of the points (step order) "
+                                   "and reports the prediction error on the rest (rmse_heldout).")
+    f.add_argument("runs", nargs="*", help="run directories or folders holding them")
+    f.add_argument("--csv", action="append", type=Path, default=None,
+                   help="exported log CSV (W&B, TensorBoard); repeat to merge files on their step column")
+    f.add_argument("--entropy-col", help="entropy column of the CSV")
+    f.add_argument("--score-col", help="score column of the CSV")
+    f.add_argument("--step-col", default=None, help="step column of the CSV (default: step/Step/_step/global_step)")
+    f.add_argument("--score-key", default="auto",
+                   help="runs: score key, auto (eval/<suite>/<metric> if logged, else reward/mean) or any key")
+    f.add_argument("--entropy-key", default="entropy", help="runs: entropy key in metrics.jsonl")
+    f.add_argument("--by", choices=["run", "model"], default="run", help="runs: one fit per run or per model")
+    f.add_argument("--fit-fraction", type=float, default=None, help="fit on the first F (0<F<1) of the points")
+    f.add_argument("--predict-size", type=float, action="append", default=None,
+                   help="extrapolate a, b, ceiling to this many parameters (needs fits of ≥2 model sizes)")
+    f.add_argument("--json", action="store_true", help="print one JSON object")
+    f.set_defaults(func=cmd_fit)
+
+
+def _collect(runs):
+    from .collect import collect
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        col = collect(runs)
+    for w in col.warnings:
+        print(f"warning: {w}", file=sys.stderr)
+    return col
+
+
+def cmd_table(args) -> int:
+    from .table import build_leaderboard, render
+
+    if not args.runs and not args.reference:
+        raise ValueError("give run directories, or --reference paper to print the paper's Table 2")
+    col = _collect(args.runs) if args.runs else None
+    lb = build_leaderboard(col, baseline=args.baseline, reference=args.reference,
+                           allow_mixed_protocols=args.allow_mixed_protocols)
+    text = render(lb, args.format)
+    if args.out:
+        from .report import _write
+
+        _write(args.out, text)
+        print(f"wrote {args.out}", file=sys.stderr)
+    else:
+        sys.stdout.write(text)
+    return 0
+
+
+def cmd_plot(args) -> int:
+    from .plots import FIGURES, plot_all
+    from .points import resolve_score_key
+
+    formats = tuple(x.strip() for x in args.formats.split(",") if x.strip())
+    bad = [x for x in formats if x not in ("png", "pdf", "svg")]
+    if bad or not formats:
+        raise ValueError(f"--formats {args.formats!r}: allowed png, pdf, svg")
+    if args.only:
+        unknown = [o for o in args.only if o not in FIGURES]
+        if unknown:
+            raise ValueError(f"unknown figure {unknown[0]!r}; known: {', '.join(FIGURES)}")
+    col = _collect(args.runs)
+    if col.completed.empty and not args.include_incomplete:
+        raise ValueError("no completed run (result.json) to plot; pass --include-incomplete to plot partial runs")
+    key = resolve_score_key(col, args.score_key)
+    written, skipped = plot_all(col, args.out, key, args.include_incomplete, formats, args.only)
+    for p in written:
+        print(p)
+    for s in skipped:
+        print(f"skipped {s}", file=sys.stderr)
+    return 0 if written else 1
+
+
+def _clean(obj):
+    if isinstance(obj, float) and not math.isfinite(obj):
+        return None
+    if isinstance(obj, dict):
+        return {k: _clean(v) for k, v in obj.items()}
+    if isinstance(obj, list):
+        return [_clean(v) for v in obj]
+    return obj
+
+
+def cmd_fit(args) -> int:
+    from .fit import fit_entropy_law, fit_groups, fit_size_trend
+
+    if bool(args.runs) == bool(args.csv):
+        raise ValueError("give either run directories or --csv FILE (with --entropy-col and --score-col)")
+    fits, pooled, trend, source = [], None, None, {}
+    if args.csv:
+        if not args.entropy_col or not args.score_col:
+            raise ValueError("--csv needs --entropy-col and --score-col")
+        from .points import csv_points
+
+        pts = csv_points(args.csv, args.entropy_col, args.score_col, args.step_col)
+        pooled = fit_entropy_law(pts["entropy"], pts["score"], args.fit_fraction, label=str(args.csv[0]))
+        source = {"csv": [str(p) for p in args.csv], "entropy_col": args.entropy_col, "score_col": args.score_col}
+    else:
+        from .points import resolve_score_key, run_points
+
+        col = _collect(args.runs)
+        key = resolve_score_key(col, args.score_key)
+        pts = run_points(col, key, args.entropy_key)
+        if pts.empty:
+            raise ValueError(f"no completed run logged both {args.entropy_key!r} and {key!r} on the same step")
+        fits = fit_groups(pts, args.by, args.fit_fraction)
+        pooled_pts = pts.sort_values(["step", "run_dir"])
+        pooled = fit_entropy_law(pooled_pts["entropy"], pooled_pts["score"], args.fit_fraction, label="all runs")
+        source = {"runs": [str(r) for r in args.runs], "score_key": key, "entropy_key": args.entropy_key,
+                  "by": args.by}
+        by_model = fit_groups(pts, "model") if args.by == "run" else fits
+        sized = [f for f in by_model if f.model_params]
+        if len({f.model_params for f in sized}) >= 2:
+            trend = fit_size_trend([f.model_params for f in sized], [f.a for f in sized], [f.b for f in sized])
+    if args.predict_size and trend is None:
+        raise ValueError("--predict-size needs law fits for at least two model sizes (model_params in result.json)")
+    out = {**pooled.to_dict(), **source, "fits": [f.to_dict() for f in fits]}
+    if trend is not None:
+        out["size_trend"] = trend.to_dict()
+        out["predictions"] = [trend.predict(s) for s in (args.predict_size or [])]
+    if args.json:
+        print(json.dumps(_clean(out), indent=2))
+        return 0
+    _print_fits(pooled, fits, out)
+    return 0
+
+
+def _fmt(v) -> str:
+    return "—" if v is None or (isinstance(v, float) and not math.isfinite(v)) else f"{v:.4g}"
+
+
+def _print_fits(pooled, fits, out) -> None:
+    head = ["fit", "a", "b", "ceiling(-a+b)", "R²", "points", "a (Theil-Sen)", "b (Theil-Sen)"]
+    heldout = pooled.fit_fraction is not None
+    if heldout:
+        head += ["held out", "rmse_heldout"]
+    rows = []
+    for f in (fits if len(fits) > 1 else []) + [pooled]:
+        r = [f.label or "", _fmt(f.a), _fmt(f.b), _fmt(f.ceiling), _fmt(f.r2), str(f.n_points),
+             _fmt(f.a_robust), _fmt(f.b_robust)]
+        if heldout:
+            r += [str(f.n_heldout), _fmt(f.rmse_heldout)]
+        rows.append(r)
+    widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(head)]
+    print("  ".join(h.ljust(w) for h, w in zip(head, widths)))
+    for r in rows:
+        print("  ".join(c.ljust(w) for c, w in zip(r, widths)))
+    if "size_trend" in out:
+        t = out["size_trend"]
+        print(f"a = {t['a_slope']:.4g}·log10(N) + {t['a_intercept']:.4g} (R² {_fmt(t['a_r2'])}); "
+              f"b = {t['b_slope']:.4g}·log10(N) + {t['b_intercept']:.4g} (R² {_fmt(t['b_r2'])})")
+        for p in out.get("predictions", []):
+            print(f"predicted at N={p['model_params']:.3g}: a={p['a']:.4g} b={p['b']:.4g} ceiling={p['ceiling']:.4g}")

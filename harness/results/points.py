@@ -1,0 +1,97 @@
+"""(entropy, score) points for the entropy law, from run metrics or from exported CSV logs (W&B, TensorBoard).
+
+Score choice (``score_key``): ``auto`` uses the validation score ``eval/<suite>/<primary metric>`` on eval steps
+when the runs logged one (first suite in name order), else the training reward ``reward/mean`` on every step;
+any metrics.jsonl key can be named instead. The entropy is the ``entropy`` key of the same step.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+
+from .collect import Collection
+
+REWARD_KEY = "reward/mean"
+ENTROPY_KEY = "entropy"
+
+
+def resolve_score_key(col: Collection, score_key: str = "auto") -> str:
+    """The metrics column to use as the score R (see the module docstring)."""
+    cols = set(col.metrics.columns)
+    if score_key != "auto":
+        if score_key not in cols:
+            known = sorted(c for c in cols if "/" in c or c == ENTROPY_KEY)
+            raise ValueError(f"score key {score_key!r} is not in any metrics.jsonl; keys present: {', '.join(known)}")
+        return score_key
+    ev = col.evals.dropna(subset=["metric"])
+    for suite, metric in sorted(set(zip(ev["suite"], ev["metric"]))):
+        key = f"eval/{suite}/{metric}"
+        if key in cols and col.metrics[key].notna().any():
+            return key
+    evals_logged = sorted(c for c in cols if c.startswith("eval/") and col.metrics[c].notna().any())
+    if evals_logged:
+        return evals_logged[0]
+    if REWARD_KEY in cols:
+        return REWARD_KEY
+    raise ValueError(f"no score to fit: the runs logged neither eval/<suite>/<metric> nor {REWARD_KEY}")
+
+
+def run_points(col: Collection, score_key: str, entropy_key: str = ENTROPY_KEY,
+               include_incomplete: bool = False) -> pd.DataFrame:
+    """Rows (run_dir, model, model_params, label, seed, step, entropy, score) with both values, in step order."""
+    m = col.metrics
+    if entropy_key not in m.columns:
+        raise ValueError(f"entropy key {entropy_key!r} is not in any metrics.jsonl")
+    if not include_incomplete:
+        m = m[m["status"] == "completed"]
+    pts = m[["run_dir", "model", "model_params", "task", "label", "seed", "step", entropy_key, score_key]].rename(
+        columns={entropy_key: "entropy", score_key: "score"})
+    pts = pts.dropna(subset=["entropy", "score"])
+    return pts.sort_values(["run_dir", "step"]).reset_index(drop=True)
+
+
+def _step_column(df: pd.DataFrame, step_col: str | None, path: Path) -> str:
+    if step_col:
+        if step_col not in df.columns:
+            raise ValueError(f"{path}: no step column {step_col!r}; columns: {', '.join(map(str, df.columns))}")
+        return step_col
+    for c in ("step", "Step", "_step", "global_step", "trainer/global_step"):
+        if c in df.columns:
+            return c
+    raise ValueError(f"{path}: no step column found (tried step, Step, _step, global_step); pass --step-col")
+
+
+def csv_points(paths: list[str | Path], entropy_col: str, score_col: str, step_col: str | None = None) -> pd.DataFrame:
+    """Merge one or more exported CSVs on their step column and return (step, entropy, score) rows.
+
+    W&B exports one wide CSV (columns like ``train_entropy/all``, ``val/score-all``). TensorBoard exports one
+    ``Wall time,Step,Value`` CSV per scalar: give both files; a column name present in several files is then
+    renamed ``<file stem>/<column>`` (e.g. ``entropy/Value``)."""
+    frames = []
+    for p in paths:
+        p = Path(p)
+        if not p.is_file():
+            raise FileNotFoundError(f"no such CSV file: {p}")
+        df = pd.read_csv(p)
+        sc = _step_column(df, step_col, p)
+        frames.append((p, df.rename(columns={sc: "__step"})))
+    counts: dict[str, int] = {}
+    for _, df in frames:
+        for c in df.columns:
+            counts[c] = counts.get(c, 0) + 1
+    merged = None
+    for p, df in frames:
+        df = df.rename(columns={c: f"{p.stem}/{c}" for c in df.columns if c != "__step" and counts[c] > 1})
+        df = df.groupby("__step", as_index=False).last()
+        merged = df if merged is None else merged.merge(df, on="__step", how="outer")
+    for want, flag in ((entropy_col, "--entropy-col"), (score_col, "--score-col")):
+        if want not in merged.columns:
+            avail = ", ".join(str(c) for c in merged.columns if c != "__step")
+            raise ValueError(f"{flag} {want!r} is not a column of {', '.join(map(str, paths))}; columns: {avail}")
+    out = merged[["__step", entropy_col, score_col]].rename(
+        columns={"__step": "step", entropy_col: "entropy", score_col: "score"})
+    out["entropy"] = pd.to_numeric(out["entropy"], errors="coerce")
+    out["score"] = pd.to_numeric(out["score"], errors="coerce")
+    return out.dropna().sort_values("step").reset_index(drop=True)

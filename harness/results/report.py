@@ -1,0 +1,66 @@
+"""One call that turns a finished sweep's run directories into leaderboard.{md,csv}, figures and law fits."""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+import warnings
+from pathlib import Path
+
+from .collect import collect
+from .fit import fit_groups
+from .plots import plot_all
+from .points import resolve_score_key, run_points
+from .table import build_leaderboard, render
+
+STANDARD_FIGURES = ["entropy_vs_step", "reward_vs_step", "score_vs_step", "score_vs_entropy",
+                    "entropy_change_vs_cov", "cov_distribution", "size_scaling"]
+
+
+def _write(path: Path, text: str) -> Path:
+    """Atomic text write (temp file + rename): an interrupted report never leaves half a file."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    with os.fdopen(fd, "w") as f:
+        f.write(text)
+    os.replace(tmp, path)
+    return path
+
+
+def write_sweep_report(runs_dir, out_dir, score_key: str = "auto", formats=("png", "pdf")) -> list[Path]:
+    """Leaderboard (md, csv), the standard figures and ``entropy_law.json`` for every run under ``runs_dir``.
+
+    Runs without ``result.json`` are listed as missing in the leaderboard notes. Returns the written paths."""
+    out_dir = Path(out_dir)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # collect() keeps them in col.warnings; they go into the notes
+        col = collect([runs_dir])
+    written: list[Path] = []
+    try:
+        lb = build_leaderboard(col)
+        for n in col.warnings:
+            lb.notes.append(f"WARNING: {n}")
+        md, csv = render(lb, "md"), render(lb, "csv")
+    except ValueError as e:  # e.g. no run finished: say so instead of failing the sweep
+        md, csv = f"No leaderboard: {e}\n", ""
+    written.append(_write(out_dir / "leaderboard.md", md))
+    if csv:
+        written.append(_write(out_dir / "leaderboard.csv", csv))
+    try:
+        key = resolve_score_key(col, score_key)
+    except ValueError:
+        key = None
+    skipped = []
+    if key is not None:
+        figs, skipped = plot_all(col, out_dir, key, formats=formats, which=STANDARD_FIGURES)
+        written += figs
+        try:
+            fits = fit_groups(run_points(col, key), by="model")
+            law = {"score_key": key, "entropy_key": "entropy", "fits": [f.to_dict() for f in fits]}
+            written.append(_write(out_dir / "entropy_law.json", json.dumps(law, indent=2) + "\n"))
+        except ValueError as e:
+            skipped.append(f"entropy_law.json: {e}")
+    if skipped:
+        written.append(_write(out_dir / "skipped.txt", "\n".join(skipped) + "\n"))
+    return written
