@@ -191,6 +191,11 @@ class Method:
             entropy = check_token_tensor("entropy", entropy, mask)
         if selected is not None:
             selected = check_token_tensor("selected", selected, mask, float_only=False).bool()
+        # padding may hold anything (even NaN): zero it so no masked product can turn it into NaN
+        valid = mask.bool()
+        log_probs, old_log_probs, advantages = (x.masked_fill(~valid, 0.0) for x in (log_probs, old_log_probs, advantages))
+        if entropy is not None:
+            entropy = entropy.masked_fill(~valid, 0.0)
         tok = self.per_token_loss(log_probs, old_log_probs, advantages, mask, step=step, generator=generator,
                                   selected=selected)
         loss = ops.agg_loss(tok.loss, mask, self.agg)

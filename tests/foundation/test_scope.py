@@ -1,0 +1,110 @@
+"""Selection scope: micro-batch selection depends on the split (the official behaviour, verl #7818);
+global selection does not, in one process and across data-parallel ranks (real torch.distributed, gloo)."""
+
+import os
+import tempfile
+
+import pytest
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+
+import harness
+
+
+def _minibatch(seed=0, b=16, t=64):
+    g = torch.Generator().manual_seed(seed)
+    adv = (torch.randn(b, 1, generator=g) * 1.5).expand(b, t).contiguous()
+    lp = -torch.rand(b, t, generator=g) * 6
+    old = lp + 0.05 * torch.randn(b, t, generator=g)
+    mask = (torch.rand(b, t, generator=g) < 0.8).float()
+    return lp, old, adv, mask
+
+
+def _splits(b, n):
+    return [torch.arange(b)[i::n] for i in range(n)]  # interleaved rows: each micro-batch mixes groups
+
+
+def _fed_in(method, lp, old, adv, mask, n_micro, plan=None):
+    """Feed a mini-batch in n micro-batches; return the selected token mask and the accumulated gradient."""
+    lp = lp.clone().requires_grad_()
+    chosen = torch.zeros_like(mask, dtype=torch.bool)
+    total = mask.sum()
+    for rows in _splits(len(mask), n_micro):
+        out = method.policy_loss(lp[rows], old[rows], adv[rows], mask[rows], generator=torch.Generator().manual_seed(0),
+                                 selected=None if plan is None else plan[rows])
+        (out.loss * mask[rows].sum() / total).backward()  # exact token-mean over the mini-batch
+        sel = method.per_token_loss(lp[rows].detach(), old[rows], adv[rows], mask[rows],
+                                    generator=torch.Generator().manual_seed(0),  # the same draw as the loss
+                                    selected=None if plan is None else plan[rows]).selected
+        chosen[rows] = sel
+    return chosen, lp.grad
+
+
+def test_micro_batch_scope_depends_on_the_split():
+    lp, old, adv, mask = _minibatch()
+    m = harness.get_method("kl_cov", k_ratio=2e-3)  # N ~ 820 valid tokens -> 1 token if whole
+    counts = {n: int(_fed_in(m, lp, old, adv, mask, n)[0].sum()) for n in (1, 2, 8)}
+    assert counts == {1: 1, 2: 2, 8: 8}  # one token per micro-batch: the reported micro-batch dependence
+
+
+@pytest.mark.parametrize("name,hp", [("kl_cov", {"k_ratio": 0.01}), ("clip_cov", {"clip_ratio": 0.01})])
+def test_global_scope_selects_the_same_tokens_whole_or_split(name, hp):
+    lp, old, adv, mask = _minibatch(1)
+    m = harness.get_method(name, scope="global", **hp)
+    plan = m.select_tokens(lp, old, adv, mask, generator=torch.Generator().manual_seed(0))
+    whole_sel, whole_grad = _fed_in(m, lp, old, adv, mask, 1)
+    assert torch.equal(whole_sel, plan) and plan.sum() >= 1
+    for n in (2, 8):
+        sel, grad = _fed_in(m, lp, old, adv, mask, n, plan=plan)
+        assert torch.equal(sel, plan)
+        assert torch.allclose(grad, whole_grad, atol=1e-7)  # same selection -> same update
+    expected = max(1, int(mask.sum() * (hp.get("k_ratio") or hp["clip_ratio"])))
+    if name == "kl_cov":
+        assert int(plan.sum()) == expected
+
+
+def _rank_worker(rank, world, init_file, name, hp, queue):
+    dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=world)
+    try:
+        lp, old, adv, mask = _minibatch(2)
+        rows = torch.arange(len(mask))[rank::world]
+        m = harness.get_method(name, scope="global", **hp)
+        plan = m.select_tokens(lp[rows], old[rows], adv[rows], mask[rows],
+                               generator=torch.Generator().manual_seed(100 + rank))
+        queue.put((rank, rows, plan))
+    finally:
+        dist.destroy_process_group()
+
+
+def test_global_scope_across_data_parallel_ranks_matches_one_process():
+    lp, old, adv, mask = _minibatch(2)
+    m = harness.get_method("kl_cov", scope="global", k_ratio=0.01)
+    single = m.select_tokens(lp, old, adv, mask)
+    ctx = mp.get_context("spawn")
+    for name, hp in [("kl_cov", {"k_ratio": 0.01}), ("clip_cov", {"clip_ratio": 0.01})]:
+        queue = ctx.Queue()
+        with tempfile.TemporaryDirectory() as tmp:
+            procs = [ctx.Process(target=_rank_worker, args=(r, 2, os.path.join(tmp, "init"), name, hp, queue))
+                     for r in range(2)]
+            for p in procs:
+                p.start()
+            results = [queue.get(timeout=120) for _ in procs]
+            for p in procs:
+                p.join(timeout=60)
+                assert p.exitcode == 0
+        merged = torch.zeros_like(mask, dtype=torch.bool)
+        for _, rows, plan in results:
+            merged[rows] = plan
+        n_valid = int(mask.sum())
+        if name == "kl_cov":
+            assert torch.equal(merged, single)  # top-k over both ranks = top-k over the whole mini-batch
+        else:
+            # a uniform draw of max(1, floor(0.01 N)) among the candidates of the whole mini-batch
+            from harness import ops
+            cov = ops.token_covariance(adv, lp, mask)
+            ratio = torch.exp(lp - old)
+            clipped = -adv * ratio.clamp(0, 2) > -adv * ratio
+            cand = (cov > 1) & (cov < 5) & mask.bool() & ~clipped
+            assert int(merged.sum()) == min(max(1, int(0.01 * n_valid)), int(cand.sum()))
+            assert bool((merged <= cand).all())
