@@ -77,7 +77,7 @@ def _walk(d: Path, out: list[Path]) -> None:
         out.append(d)
         return
     for child in sorted(d.iterdir()):
-        if child.is_dir() and not child.name.startswith("."):
+        if child.is_dir() and not child.name.startswith((".", "_")):  # _submitit/ holds job logs
             _walk(child, out)
 
 
@@ -139,6 +139,7 @@ def _run_info(run_dir: Path) -> dict:
         "run_dir": str(run_dir),
         "run_id": src.get("run_id"),
         "status": str(src.get("status", "completed")) if result else "missing",
+        "detail": _detail(run_dir, result),
         "backend": src.get("backend") or _name(cfg.get("backend")),
         "method": method,
         "advantage": advantage,
@@ -151,6 +152,16 @@ def _run_info(run_dir: Path) -> dict:
         "wall_time_s": src.get("wall_time_s"),
         "_result": result,
     }
+
+
+def _detail(run_dir: Path, result: dict | None) -> str:
+    """Why a run is not usable, for the MISSING note."""
+    if result is None:
+        if (run_dir / "job_error.json").is_file():
+            return "no result.json; job_error.json present"
+        return "no result.json" + ("" if (run_dir / "metrics.jsonl").is_file() else ", no metrics yet")
+    status = str(result.get("status", "completed"))
+    return "" if status == "completed" else f"status {status}" + (f": {result['error']}" if result.get("error") else "")
 
 
 def method_label(method: str | None, advantage: str | None) -> str:

@@ -13,6 +13,7 @@ import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
+import matplotlib.ticker  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 import seaborn as sns  # noqa: E402
@@ -84,7 +85,7 @@ def plot_law(col, out_dir, score_key, include_incomplete=False, formats=("png", 
     order = pts.groupby("model")["model_params"].max().sort_values(na_position="last").index.tolist()
     palette = dict(zip(order, sns.color_palette("viridis", len(order))))
     sns.scatterplot(data=pts, x="entropy", y="score", hue="model", hue_order=order, palette=palette, s=14,
-                    alpha=0.55, ax=ax, linewidth=0)
+                    alpha=0.55, ax=ax, linewidth=0, legend=False)
     for f in fits:
         grp = pts[pts["model"] == f.label]
         hs = np.linspace(0, grp["entropy"].max() * 1.02, 200)
@@ -178,8 +179,9 @@ def plot_size_scaling(col, out_dir, score_key, include_incomplete=False, formats
             ax.annotate(f.label, (f.model_params, getattr(f, name)), fontsize=7, xytext=(3, 3),
                         textcoords="offset points")
         ax.plot(grid, slope * np.log10(grid) + icpt, color="C1",
-                label=f"{name} = {slope:.3g}·log10(N) + {icpt:.3g}\nR² = {r2:.2f}")
+                label=f"{name} = {slope:.3g}·log10(N) {'+' if icpt >= 0 else '−'} {abs(icpt):.3g}\nR² = {r2:.2f}")
         ax.set_xscale("log")
+        ax.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
         ax.set_xlabel("model parameters N")
         ax.set_ylabel(name)
         ax.legend(fontsize=7)

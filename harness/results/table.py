@@ -51,7 +51,7 @@ def run_scores(col: Collection, allow_mixed_protocols: bool = False) -> tuple[pd
     for suite, grp in ev.groupby("suite"):
         tags = grp.groupby("tag")["run_dir"].apply(list)
         if len(tags) == 1:
-            notes.append(f"{suite}: {tags.index[0]}")
+            notes.append(f"protocol {suite}: {tags.index[0]}")
             continue
         detail = "; ".join(f"[{t}] in {len(r)} run(s), e.g. {r[0]}" for t, r in tags.items())
         if not allow_mixed_protocols:
@@ -114,7 +114,7 @@ def build_leaderboard(col: Collection | None, baseline: str | None = None, refer
         notes.append("Scores in percent: mean ± sample std over seeds (n = seeds with a value). "
                      "avg (suites) = plain mean of suites; avg (samples) = mean over all evaluation samples "
                      "(suite weight n_problems × n_samples), as the paper's Avg.")
-        notes += [f"protocol {n}" for n in proto_notes]
+        notes += proto_notes
         missing = _missing_text(col)
         if missing:
             notes.append(missing)
@@ -145,8 +145,7 @@ def _missing_text(col: Collection) -> str:
     bad = col.not_completed
     if bad.empty:
         return ""
-    items = "; ".join(f"{r.run_dir} ({'no result.json' if r.status == 'missing' else r.status})"
-                      for r in bad.itertuples())
+    items = "; ".join(f"{r.run_dir} ({r.detail})" for r in bad.itertuples())
     return f"MISSING: {len(bad)} run(s) not completed, left out (not counted as 0): {items}"
 
 

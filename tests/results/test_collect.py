@@ -1,0 +1,61 @@
+"""Collection: run discovery, missing runs, corrupt metrics lines, labels."""
+
+import json
+import math
+
+import pytest
+
+from harness.results.collect import CorruptMetricsWarning, collect, find_run_dirs, final_evals
+
+
+def test_finds_runs_recursively_and_reports_missing(runs_root, mk):
+    mk(runs_root / "sweep", "a", seed=0)
+    mk(runs_root / "sweep", "b", seed=1, write_result=False)
+    mk(runs_root / "sweep", "c", seed=2, status="failed")
+    (runs_root / "sweep" / "_submitit" / "x").mkdir(parents=True)
+    col = collect([runs_root])
+    status = dict(zip(col.runs["run_dir"].map(lambda p: p.rsplit("/", 1)[1]), col.runs["status"]))
+    assert status == {"a": "completed", "b": "missing", "c": "failed"}
+    detail = col.runs.set_index("status")["detail"]
+    assert detail["missing"] == "no result.json" and detail["failed"] == "status failed"
+    # the missing run's metrics are still read (for partial curves) but it has no final eval
+    assert set(final_evals(col)["run_dir"].map(lambda p: p.rsplit("/", 1)[1])) == {"a"}
+
+
+def test_bad_paths_raise_clear_errors(tmp_path):
+    with pytest.raises(FileNotFoundError, match="no such run directory"):
+        find_run_dirs([tmp_path / "nope"])
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(FileNotFoundError, match="no run directories under .*result.json"):
+        find_run_dirs([tmp_path / "empty"])
+
+
+def test_corrupt_metrics_line_is_skipped_with_file_and_line(runs_root, mk):
+    d = mk(runs_root, "r", steps=4, eval_every=100, extra_lines=['{"step": 99, "entr', "[1, 2]"])
+    with pytest.warns(CorruptMetricsWarning) as rec:
+        col = collect([d])
+    msgs = [str(w.message) for w in rec]
+    # steps 1,2 are lines 1-2, the two bad lines are 3 and 4
+    assert any(m.startswith(f"{d / 'metrics.jsonl'}:3: skipped corrupt") for m in msgs)
+    assert any(m.startswith(f"{d / 'metrics.jsonl'}:4: skipped") for m in msgs)
+    assert sorted(col.metrics["step"]) == [1, 2, 3, 4]
+    assert len(col.warnings) == 2
+
+
+def test_null_metric_is_missing_not_zero(runs_root, mk):
+    d = mk(runs_root, "r", steps=2, eval_every=100)
+    lines = (d / "metrics.jsonl").read_text().splitlines()
+    rec = json.loads(lines[0])
+    rec["reward/mean"] = None
+    lines[0] = json.dumps(rec)
+    (d / "metrics.jsonl").write_text("\n".join(lines) + "\n")
+    m = collect([d]).metrics.sort_values("step")
+    assert math.isnan(m["reward/mean"].iloc[0]) and not math.isnan(m["reward/mean"].iloc[1])
+
+
+def test_labels_carry_estimator_and_differing_hyperparameters(runs_root, mk):
+    mk(runs_root, "e1", method="entropy_bonus", method_config={"coef": 0.001})
+    mk(runs_root, "e2", method="entropy_bonus", method_config={"coef": 0.01})
+    mk(runs_root, "k", method="kl_cov", advantage="rloo")
+    labels = sorted(collect([runs_root]).runs["label"])
+    assert labels == ["entropy_bonus(coef=0.001)", "entropy_bonus(coef=0.01)", "kl_cov+rloo"]
