@@ -1,8 +1,8 @@
 """Clip-Cov / KL-Cov as the lab uses them: the harness's own method objects (docs/contracts.md §1).
 
-``get(name, **params)`` returns the harness method when ``harness.get_method`` exists. Until then (or with
-``THEORY_FALLBACK=1``) it returns a small local re-statement of the official semantics
-(reference §1.3-1.4), flagged by ``source(m) == "fallback"``, so the report always says which code it tested.
+``get(name, **params)`` returns the harness method (``harness.get_method``). ``Fallback*`` is a small,
+independent re-statement of the official semantics (reference §1.3-1.4); the tests compare the harness with it,
+and ``THEORY_FALLBACK=1`` runs the lab on it (``source(m) == "fallback"``), so the report says which code it tested.
 """
 
 from __future__ import annotations
@@ -12,10 +12,10 @@ from dataclasses import dataclass
 
 import torch
 
-# lab parameter name -> harness keyword (filled from docs/contracts.md / the method modules)
+# lab parameter name -> harness hyperparameter name(s) (methods/clip_cov.py, methods/kl_cov.py)
 HARNESS_PARAMS = {
-    "clip_cov": {"clip_ratio": "clip_ratio", "lb": "clip_cov_lb", "ub": "clip_cov_ub", "eps": "clip_eps"},
-    "kl_cov": {"k_ratio": "k_ratio", "beta": "kl_coef"},
+    "clip_cov": {"clip_ratio": ("clip_ratio",), "lb": ("cov_lb",), "ub": ("cov_ub",), "eps": ("eps_low", "eps_high")},
+    "kl_cov": {"k_ratio": ("k_ratio",), "beta": ("beta",)},
 }
 
 
@@ -92,7 +92,7 @@ def get(name: str, **params):
     if harness_available():
         import harness
 
-        kw = {HARNESS_PARAMS[name][k]: v for k, v in params.items()}
+        kw = {hk: v for k, v in params.items() for hk in HARNESS_PARAMS[name][k]}
         return harness.get_method(name, **kw)
     return FALLBACK[name](**params)
 
