@@ -1,0 +1,18 @@
+"""Sweeps: a YAML spec expands to cells (one resolved run config each), submitted through submitit.
+
+    spec = load_spec("sweeps/quickstart.yaml")
+    cells = expand(spec)                       # validated with harness.config.load_config
+    submit_cells(cells, runs_dir, executor="local")
+    sweep_status(runs_dir)                     # rebuilt from the cell directories, never from a job id
+
+Modules, one job each: ``paths`` (dotted key paths), ``spec`` (parse + validate the YAML), ``resources``
+(resource keys -> submitit parameters), ``expand`` (grid x zip x seeds - exclude -> cells, ids, aliases),
+``cells`` (the cell directory: materialise, job records), ``job`` (what runs inside a job), ``submit``
+(job arrays per resource group), ``status`` (pending/running/done/failed from the cell directories and
+the scheduler), ``cli`` (``harness sweep`` and ``harness status``).
+"""
+
+from harness.sweeps.spec import SweepSpec, SpecError, load_spec
+from harness.sweeps.expand import Cell, expand
+
+__all__ = ["Cell", "SpecError", "SweepSpec", "expand", "load_spec"]

@@ -1,0 +1,125 @@
+"""The cell directory: what the submitter writes before a job starts, and the records it keeps there.
+
+    <runs-dir>/
+      sweep.yaml                    the spec as last submitted (written by the submitter only)
+      _submitit/<stamp>-g<k>/       submitit's folders: pickles and the job logs (<job>_0_log.{out,err})
+      <alias>__<id>/                one cell = one run directory (docs/contracts.md section 2)
+        cell.json                   id, alias, sweep, axis values, resources          (written at materialise)
+        config.yaml                 the resolved run config; its hash is the id       (written at materialise)
+        launch.sh                   the exact command that trains this cell by hand    (written at materialise)
+        jobs.jsonl                  one line per submission: job id, executor, submitit folder, time
+        submit_error.json           the scheduler refused the job (message), until the next submission
+        job_error.json              the job raised (traceback), written by the job itself
+        metrics.jsonl, checkpoints/, eval/, result.json      written by the run
+
+Each job writes only inside its own cell directory, and the submitter only writes there while no job of
+that cell is active, so many array tasks finishing together cannot corrupt anything. Sweep state is always
+rebuilt from these files (``harness.sweeps.status``).
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+import sys
+import time
+from pathlib import Path
+
+import yaml
+
+from harness.io import append_jsonl, atomic_write_json, atomic_write_text, read_jsonl
+from harness.sweeps.expand import Cell
+
+CELL_FILE = "cell.json"
+CONFIG_FILE = "config.yaml"
+LAUNCH_FILE = "launch.sh"
+JOBS_FILE = "jobs.jsonl"
+SUBMIT_ERROR_FILE = "submit_error.json"
+JOB_ERROR_FILE = "job_error.json"
+RESULT_FILE = "result.json"
+SUBMITIT_DIR = "_submitit"
+
+
+def cell_dir(runs_dir: Path, cell: Cell) -> Path:
+    return Path(runs_dir) / cell.dirname
+
+
+def launch_command(config: dict, run_dir: Path) -> str:
+    """The backend's own launch command when it provides one (OpenRLHF), else ``harness train``."""
+    backend = config.get("backend")
+    try:
+        from harness.backends import BACKENDS
+
+        if backend in BACKENDS:
+            obj = BACKENDS.get(backend)
+            obj = obj() if isinstance(obj, type) else obj
+            if hasattr(obj, "launch_command"):
+                from harness.config import load_config
+
+                return obj.launch_command(load_config(config), Path(run_dir))
+    except ImportError:
+        pass
+    return (f"{shlex.quote(sys.executable)} -m harness train --config {shlex.quote(str(Path(run_dir) / CONFIG_FILE))} "
+            f"--run-dir {shlex.quote(str(run_dir))}")
+
+
+def materialise(cell: Cell, runs_dir: Path, sweep: str, spec_path: str | None = None,
+                command: str | None = None) -> Path:
+    """Write cell.json, config.yaml and launch.sh (idempotent; never touches the run's own files)."""
+    d = cell_dir(runs_dir, cell)
+    d.mkdir(parents=True, exist_ok=True)
+    config_text = yaml.safe_dump(cell.config, sort_keys=False)
+    cfg_path = d / CONFIG_FILE
+    if not cfg_path.exists() or cfg_path.read_text() != config_text:
+        atomic_write_text(cfg_path, config_text)
+    atomic_write_json(d / CELL_FILE, {
+        "id": cell.id, "alias": cell.alias, "sweep": sweep, "spec": spec_path,
+        "axes": cell.axes, "resources": cell.resources, "index": cell.index})
+    cmd = command if command is not None else launch_command(cell.config, d)
+    atomic_write_text(d / LAUNCH_FILE, f"#!/usr/bin/env bash\n# cell {cell.alias} ({cell.id})\n{cmd}\n")
+    return d
+
+
+def read_cell(d: Path) -> dict:
+    try:
+        return json.loads((Path(d) / CELL_FILE).read_text())
+    except (OSError, json.JSONDecodeError):
+        return {}
+
+
+def list_cell_dirs(runs_dir: Path) -> list[Path]:
+    """Every cell directory under ``runs_dir`` (those holding cell.json), in expansion order."""
+    runs_dir = Path(runs_dir)
+    if not runs_dir.is_dir():
+        raise FileNotFoundError(f"runs directory not found: {runs_dir}")
+    dirs = [p.parent for p in runs_dir.glob(f"*/{CELL_FILE}")]
+    return sorted(dirs, key=lambda d: (read_cell(d).get("index", 1 << 30), d.name))
+
+
+def record_job(d: Path, job_id: str, executor: str, folder: Path, group: str) -> None:
+    append_jsonl(Path(d) / JOBS_FILE, {"job_id": str(job_id), "executor": executor, "folder": str(folder),
+                                        "group": group, "submitted_at": time.time()})
+
+
+def last_job(d: Path) -> dict | None:
+    jobs = read_jsonl(Path(d) / JOBS_FILE)
+    return jobs[-1] if jobs else None
+
+
+def clear_errors(d: Path) -> None:
+    """Before a new submission: errors of earlier attempts no longer describe the cell."""
+    for name in (SUBMIT_ERROR_FILE, JOB_ERROR_FILE):
+        (Path(d) / name).unlink(missing_ok=True)
+
+
+def record_submit_error(d: Path, message: str, executor: str) -> None:
+    atomic_write_json(Path(d) / SUBMIT_ERROR_FILE, {"executor": executor, "message": message, "time": time.time()})
+
+
+def read_json(path: Path) -> dict | None:
+    try:
+        data = json.loads(Path(path).read_text())
+    except (OSError, json.JSONDecodeError):
+        return None
+    return data if isinstance(data, dict) else None
+

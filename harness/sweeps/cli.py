@@ -1,0 +1,189 @@
+"""``harness sweep`` and ``harness status``.
+
+    harness sweep SPEC [--executor local|slurm|debug] [--runs-dir DIR] [--dry-run] [--wait]
+                       [--only failed|pending|unknown|ALIAS|ID ...] [--results-dir DIR]
+    harness status SWEEP_OR_RUNS_DIR [--runs-dir DIR]
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+import yaml
+
+from harness.io import atomic_write_text
+from harness.sweeps import cells as C
+from harness.sweeps.expand import Cell, expand
+from harness.sweeps.resources import EXECUTORS, check_executor, check_fits_executor, executor_parameters
+from harness.sweeps.spec import SweepSpec, load_spec
+from harness.sweeps.status import CellStatus, format_table, is_active, statuses, summary_line, sweep_status
+from harness.sweeps.submit import group_by_resources, submit_cells, wait_for
+
+ONLY_STATES = ("failed", "pending", "unknown")
+
+
+def register(sub) -> None:
+    p = sub.add_parser("sweep", help="expand a sweep spec and submit its cells (local, slurm or debug executor)",
+                       description="Expand SPEC into cells, write each cell's directory, skip finished cells and "
+                                   "submit the rest through submitit (one job array per resource group).")
+    p.add_argument("spec", help="sweep spec YAML (see sweeps/*.yaml)")
+    p.add_argument("--executor", default="local", choices=EXECUTORS,
+                   help="local: subprocesses here, waits (default); slurm: sbatch job arrays; debug: in-process")
+    p.add_argument("--runs-dir", type=Path, help="where cell directories go (default runs/<spec name>)")
+    p.add_argument("--dry-run", action="store_true", help="validate, print the cells, resources and launch commands; "
+                                                          "write and submit nothing")
+    p.add_argument("--wait", action="store_true", help="slurm: follow the jobs with a progress bar until all finish")
+    p.add_argument("--only", nargs="+", metavar="STATE|CELL",
+                   help=f"submit only cells in these states ({', '.join(ONLY_STATES)}) or with these aliases/ids")
+    p.add_argument("--results-dir", type=Path, help="after the sweep finishes, write its report here "
+                                                    "(harness.results.report)")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.set_defaults(func=cmd_sweep)
+
+    s = sub.add_parser("status", help="one row per sweep cell: pending / running / done / failed",
+                       description="Rebuild the state of every cell from the cell directories (and one sacct call).")
+    s.add_argument("target", help="a runs directory, or a sweep spec (cells under --runs-dir or runs/<name>)")
+    s.add_argument("--runs-dir", type=Path, help="with a spec: where its cells are (default runs/<spec name>)")
+    s.add_argument("--no-tails", action="store_true", help="do not print the stderr tail of failed cells")
+    s.set_defaults(func=cmd_status)
+
+
+# ---------------------------------------------------------------------------------------------- sweep
+def cmd_sweep(args: argparse.Namespace) -> int:
+    check_executor(args.executor)
+    spec = load_spec(args.spec)
+    cells = expand(spec)  # every cell validated before anything is written or submitted
+    runs_dir = args.runs_dir or Path("runs") / spec.name
+    if args.dry_run:
+        print_plan(spec, cells, runs_dir, args.executor)
+        return 0
+    for c in cells:
+        check_fits_executor(c.resources, args.executor, f"cell {c.alias}")
+
+    existing = {c.id: st for c, st in zip(cells, _statuses_of(cells, runs_dir))}
+    todo, skipped = select(cells, existing, args.only)
+    for reason, names in skipped.items():
+        if names:
+            print(f"skip {len(names)} {reason}: {', '.join(names[:6])}{' ...' if len(names) > 6 else ''}")
+    if todo:
+        runs_dir.mkdir(parents=True, exist_ok=True)
+        atomic_write_text(runs_dir / "sweep.yaml", Path(args.spec).read_text())
+        resumed = 0
+        for c in todo:
+            d = C.materialise(c, runs_dir, spec.name, spec_path=str(args.spec))
+            resumed += any((d / "checkpoints").glob("*"))
+        print(f"{spec.name}: submitting {len(todo)} of {len(cells)} cells ({resumed} resume from a checkpoint) "
+              f"with the {args.executor} executor into {runs_dir}")
+        report = submit_cells(todo, runs_dir, args.executor, sweep=spec.name, progress=not args.no_progress)
+        if report.refused:
+            print(f"{len(report.refused)} cells refused by the scheduler (marked failed); the rest were submitted",
+                  file=sys.stderr)
+    else:
+        print(f"{spec.name}: nothing to submit ({len(cells)} cells)")
+
+    dirs = [C.cell_dir(runs_dir, c) for c in cells if C.cell_dir(runs_dir, c).is_dir()]
+    finished = args.executor != "slurm" or args.wait
+    if args.executor == "slurm" and args.wait and todo:
+        wait_for(dirs, progress=not args.no_progress, desc=f"{spec.name} [slurm]")
+    rows = statuses(dirs) + [CellStatus(C.cell_dir(runs_dir, c), c.id, c.alias, "pending", detail="not submitted")
+                             for c in cells if not C.cell_dir(runs_dir, c).is_dir()]
+    print(summary_line(rows))
+    if finished:
+        print(format_table(rows))
+        _report(runs_dir, args.results_dir)
+    else:
+        print(f"follow with: harness status {runs_dir}")
+    print_resubmit_hint(rows, args.spec, runs_dir)
+    return 1 if any(r.state == "failed" for r in rows) else 0
+
+
+def _statuses_of(cells: list[Cell], runs_dir: Path) -> list[CellStatus]:
+    dirs = [C.cell_dir(runs_dir, c) for c in cells]
+    have = [d for d in dirs if (d / C.CELL_FILE).exists()]
+    by_dir = {r.dir: r for r in statuses(have)} if have else {}
+    return [by_dir.get(d) or CellStatus(d, c.id, c.alias, "pending", detail="not submitted") for c, d in zip(cells, dirs)]
+
+
+def select(cells: list[Cell], existing: dict[str, CellStatus], only: list[str] | None):
+    """Cells to submit: not done, no job still out, and (with --only) in the given states or named."""
+    wanted_states = {o for o in only or [] if o in ONLY_STATES}
+    wanted_names = {o for o in only or [] if o not in ONLY_STATES}
+    known = {c.alias for c in cells} | {c.id for c in cells}
+    unknown = sorted(wanted_names - known)
+    if unknown:
+        from harness.registry import did_you_mean
+
+        raise ValueError("--only: " + did_you_mean(unknown[0], sorted(known) + list(ONLY_STATES), "cell or state"))
+    todo, skipped = [], {"done (result.json)": [], "with a job still queued or running": [], "not selected by --only": []}
+    for c in cells:
+        st = existing[c.id]
+        if st.state == "done":
+            skipped["done (result.json)"].append(c.alias)
+        elif only and not (st.state in wanted_states or c.alias in wanted_names or c.id in wanted_names):
+            skipped["not selected by --only"].append(c.alias)
+        elif is_active(st) and not (st.state == "unknown" and "unknown" in wanted_states):
+            skipped["with a job still queued or running"].append(c.alias)
+        else:
+            todo.append(c)
+    return todo, skipped
+
+
+def print_plan(spec: SweepSpec, cells: list[Cell], runs_dir: Path, executor: str) -> None:
+    groups = group_by_resources(cells)
+    print(f"sweep {spec.name}: {len(cells)} cells in {len(groups)} resource group(s); runs dir {runs_dir}; "
+          f"executor {executor} (dry run: nothing written or submitted)")
+    for k, (res, group) in enumerate(groups):
+        params = executor_parameters(res, "slurm" if executor == "debug" else executor, f"{spec.name}-g{k}")
+        print(f"\ngroup g{k}: {len(group)} cells, one job array; submitit parameters:")
+        for key, value in params.items():
+            print(f"    {key}: {value}")
+        for c in group:
+            d = C.cell_dir(runs_dir, c)
+            print(f"  {c.alias}  id={c.id}  dir={d}")
+            print(f"    $ {C.launch_command(c.config, d)}")
+
+
+def print_resubmit_hint(rows: list[CellStatus], spec: str | Path, runs_dir: Path) -> None:
+    failed = [r for r in rows if r.state == "failed"]
+    if failed:
+        print(f"\n{len(failed)} failed. Resubmit only those: harness sweep {spec} --runs-dir {runs_dir} --only failed")
+
+
+def _report(runs_dir: Path, results_dir: Path | None) -> None:
+    if results_dir is None:
+        return
+    try:
+        from harness.results.report import write_sweep_report
+    except ImportError:
+        print("note: no results report (harness.results.report is not available)", file=sys.stderr)
+        return
+    write_sweep_report(runs_dir, results_dir)
+    print(f"report: {results_dir}")
+
+
+# ---------------------------------------------------------------------------------------------- status
+def cmd_status(args: argparse.Namespace) -> int:
+    target = Path(args.target)
+    spec_path: str | Path
+    if target.is_file():
+        spec = load_spec(target)
+        runs_dir = args.runs_dir or Path("runs") / spec.name
+        cells = expand(spec)
+        rows = _statuses_of(cells, runs_dir) if runs_dir.is_dir() else [
+            CellStatus(C.cell_dir(runs_dir, c), c.id, c.alias, "pending", detail="not submitted") for c in cells]
+        spec_path = target
+    else:
+        if not target.is_dir():
+            raise FileNotFoundError(f"no such sweep spec or runs directory: {target}")
+        runs_dir = target
+        rows = sweep_status(runs_dir)
+        if not rows:
+            raise ValueError(f"{runs_dir}: no cell directories (cell.json) here; is this a sweep's runs directory?")
+        first = C.read_cell(rows[0].dir).get("spec")
+        spec_path = first if first and Path(first).is_file() else runs_dir / "sweep.yaml"
+    print(f"{runs_dir}: {summary_line(rows)}")
+    print(format_table(rows, tails=not args.no_tails))
+    print_resubmit_hint(rows, spec_path, runs_dir)
+    return 0

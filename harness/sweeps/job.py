@@ -1,0 +1,76 @@
+"""What runs inside a sweep job: ``CellJob(cell_dir)`` trains one cell and can be requeued by submitit.
+
+The job calls ``harness.runner.run(load_config(cell_dir/"config.yaml"), cell_dir)``; the runner resumes from
+``cell_dir/checkpoints`` when present. On time-out or preemption submitit sends USR2, calls
+``CellJob.checkpoint``, which resubmits the same cell, and requeues the job: the next attempt continues from
+the run's last checkpoint. When the target raises, the traceback goes to ``cell_dir/job_error.json`` (for
+``harness status``) before the exception reaches submitit.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import socket
+import time
+import traceback
+from pathlib import Path
+from typing import Any
+
+import submitit
+
+from harness.io import atomic_write_json
+
+DEFAULT_TARGET = "harness.sweeps.job:train_cell"
+
+
+def train_cell(cell_dir: str | Path) -> dict:
+    """Train the cell's run config through the runner (writes the run directory; result.json last)."""
+    from harness.config import load_config
+    from harness.runner import run
+
+    cell_dir = Path(cell_dir)
+    result = run(load_config(cell_dir / "config.yaml"), cell_dir)
+    if isinstance(result, dict):
+        return {k: result.get(k) for k in ("run_id", "status", "wall_time_s") if k in result}
+    return {"status": "completed"}
+
+
+def resolve_target(target: str):
+    """``"package.module:function"`` -> the function (kept as a string so the pickle stays small and stable)."""
+    module, _, name = target.partition(":")
+    if not module or not name:
+        raise ValueError(f"job target {target!r}: expected 'package.module:function'")
+    return getattr(importlib.import_module(module), name)
+
+
+class CellJob(submitit.helpers.Checkpointable):
+    """A picklable, requeueable job: ``CellJob(target)(cell_dir)`` runs ``target(cell_dir)``."""
+
+    def __init__(self, target: str = DEFAULT_TARGET):
+        self.target = target
+
+    def __call__(self, cell_dir: str) -> Any:
+        try:
+            return resolve_target(self.target)(cell_dir)
+        except BaseException as e:  # noqa: BLE001 - recorded, then re-raised for submitit
+            _write_job_error(Path(cell_dir), e)
+            raise
+
+    def checkpoint(self, cell_dir: str) -> submitit.helpers.DelayedSubmission:
+        """Requeue the same cell; the run itself resumes from its last checkpoint."""
+        return submitit.helpers.DelayedSubmission(CellJob(self.target), cell_dir)
+
+
+def _write_job_error(cell_dir: Path, exc: BaseException) -> None:
+    try:
+        job_id = submitit.JobEnvironment().job_id
+    except RuntimeError:
+        job_id = None
+    try:
+        atomic_write_json(cell_dir / "job_error.json", {
+            "job_id": job_id, "host": socket.gethostname(), "pid": os.getpid(), "time": time.time(),
+            "error": f"{type(exc).__name__}: {exc}",
+            "traceback": traceback.format_exception(type(exc), exc, exc.__traceback__)[-12:]})
+    except OSError:
+        pass

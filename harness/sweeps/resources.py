@@ -1,0 +1,128 @@
+"""Resource keys of a sweep spec and their translation into submitit executor parameters.
+
+Keys (``resources.default`` and each ``resources.groups[i]``; units in the name):
+  partition, account, qos, constraint      sbatch --partition/--account/--qos/--constraint
+  nodes, tasks_per_node, gpus_per_node, cpus_per_task, mem_gb, timeout_min
+  array_parallelism                        at most this many array tasks at once (local executor: cells at once)
+  signal_delay_s                           USR2 this long before the time limit (submitit checkpoints, requeues)
+  max_num_timeout                          requeues after a time-out before the cell counts as failed
+  additional_parameters                    any other sbatch option, e.g. {mail-type: END, exclusive: true}
+  setup                                    shell lines run in the sbatch script before the job (module load ...)
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any, Mapping
+
+from harness.registry import did_you_mean
+
+_INT = "int"
+RESOURCE_KEYS: dict[str, tuple[str, int | None]] = {  # key -> (kind, minimum)
+    "partition": ("str", None),
+    "account": ("str", None),
+    "qos": ("str", None),
+    "constraint": ("str", None),
+    "nodes": (_INT, 1),
+    "tasks_per_node": (_INT, 1),
+    "gpus_per_node": (_INT, 0),
+    "cpus_per_task": (_INT, 1),
+    "mem_gb": ("number", 0),
+    "timeout_min": (_INT, 1),
+    "array_parallelism": (_INT, 1),
+    "signal_delay_s": (_INT, 0),
+    "max_num_timeout": (_INT, 0),
+    "additional_parameters": ("mapping", None),
+    "setup": ("lines", None),
+}
+DEFAULTS: dict[str, Any] = {"nodes": 1, "tasks_per_node": 1, "gpus_per_node": 0, "cpus_per_task": 1,
+                            "timeout_min": 60, "max_num_timeout": 3}
+EXECUTORS = ("local", "slurm", "debug")
+
+
+def check_resources(data: Any, where: str, extra_keys: tuple[str, ...] = ()) -> dict:
+    """Validate one resource mapping; errors name ``where.<key>`` and the allowed keys/values."""
+    if not isinstance(data, Mapping):
+        raise ValueError(f"{where}: expected a mapping of resource keys ({', '.join(RESOURCE_KEYS)}), got {data!r}")
+    out = {}
+    for key, value in data.items():
+        if key in extra_keys:
+            continue
+        if key not in RESOURCE_KEYS:
+            raise ValueError(f"{where}.{key}: {did_you_mean(str(key), list(RESOURCE_KEYS), 'resource key')}")
+        kind, low = RESOURCE_KEYS[key]
+        path = f"{where}.{key}"
+        if kind == "str" and not isinstance(value, str):
+            raise ValueError(f"{path}: expected a string, got {value!r}")
+        if kind == _INT and (isinstance(value, bool) or not isinstance(value, int)):
+            raise ValueError(f"{path}: expected an integer, got {value!r}")
+        if kind == "number" and (isinstance(value, bool) or not isinstance(value, (int, float))):
+            raise ValueError(f"{path}: expected a number, got {value!r}")
+        if low is not None and value < low:
+            raise ValueError(f"{path}: {value!r} is below the minimum {low}")
+        if kind == "mapping" and not isinstance(value, Mapping):
+            raise ValueError(f"{path}: expected a mapping of sbatch options, e.g. {{mail-type: END}}, got {value!r}")
+        if kind == "lines" and (not isinstance(value, list) or not all(isinstance(s, str) for s in value)):
+            raise ValueError(f"{path}: expected a list of shell lines, got {value!r}")
+        out[key] = dict(value) if kind == "mapping" else list(value) if kind == "lines" else value
+    return out
+
+
+def merged(default: Mapping, *overrides: Mapping) -> dict:
+    """Built-in defaults, then the spec's default, then each matching group (later wins)."""
+    out = dict(DEFAULTS)
+    for layer in (default, *overrides):
+        out.update(layer)
+    return out
+
+
+def check_executor(executor: str) -> str:
+    if executor not in EXECUTORS:
+        raise ValueError(f"--executor: {did_you_mean(executor, EXECUTORS, 'executor')}")
+    return executor
+
+
+def executor_kwargs(resources: Mapping, executor: str) -> dict:
+    """Keyword arguments for ``submitit.AutoExecutor(folder, cluster=executor, **kwargs)``."""
+    if executor == "debug":
+        return {}
+    return {f"{executor}_max_num_timeout": resources.get("max_num_timeout", DEFAULTS["max_num_timeout"])}
+
+
+def executor_parameters(resources: Mapping, executor: str, name: str) -> dict:
+    """Parameters for ``AutoExecutor.update_parameters``; ``slurm_*`` keys only for the slurm executor."""
+    r = dict(resources)
+    params: dict[str, Any] = {"name": name}
+    for key in ("timeout_min", "nodes", "tasks_per_node", "gpus_per_node", "cpus_per_task", "mem_gb"):
+        if r.get(key) is not None:
+            params[key] = r[key]
+    if executor == "slurm":
+        for key in ("partition", "account", "qos", "constraint", "array_parallelism", "signal_delay_s"):
+            if r.get(key) is not None:
+                params[f"slurm_{key}"] = r[key]
+        if r.get("additional_parameters"):
+            params["slurm_additional_parameters"] = dict(r["additional_parameters"])
+        if r.get("setup"):
+            params["slurm_setup"] = list(r["setup"])
+    elif executor == "local":
+        if r.get("setup"):
+            params["local_setup"] = list(r["setup"])
+        params.pop("mem_gb", None)
+        params.pop("cpus_per_task", None)
+    else:  # debug runs in this process: only the generic keys matter (and are ignored)
+        params = {"name": name, "timeout_min": r.get("timeout_min", DEFAULTS["timeout_min"])}
+    return params
+
+
+def check_fits_executor(resources: Mapping, executor: str, where: str) -> None:
+    """The local executor runs on this machine: refuse multi-node cells with a pointer to slurm."""
+    if executor == "local" and resources.get("nodes", 1) > 1:
+        raise ValueError(f"{where}: needs {resources['nodes']} nodes, but the local executor runs on one machine; "
+                         f"use --executor slurm (or --dry-run to only see the plan)")
+
+
+def local_parallelism(resources: Mapping) -> int:
+    """Cells run at once by the local executor: array_parallelism, else CPUs // cpus_per_task."""
+    if resources.get("array_parallelism"):
+        return int(resources["array_parallelism"])
+    return max(1, (os.cpu_count() or 1) // int(resources.get("cpus_per_task", 1)))

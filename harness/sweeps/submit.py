@@ -1,0 +1,160 @@
+"""Submit cells through submitit: one job array per group of identical resources.
+
+    slurm   one ``sbatch --array`` per resource group (``map_array``); returns at once unless ``wait``
+    local   subprocesses on this machine, at most ``array_parallelism`` (default CPUs // cpus_per_task)
+            cells at once; always runs to the end (the throttle needs this process)
+    debug   in this process, one cell after another (breakpoints work)
+
+A group that the scheduler refuses (sbatch error) marks its cells failed with the scheduler's message in
+``submit_error.json`` and the other groups are still submitted.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+import submitit
+from tqdm import tqdm
+
+from harness.sweeps import cells as C
+from harness.sweeps.expand import Cell
+from harness.sweeps.job import DEFAULT_TARGET, CellJob
+from harness.sweeps.resources import (check_executor, check_fits_executor, executor_kwargs, executor_parameters,
+                                      local_parallelism)
+from harness.sweeps.status import STATES, counts, statuses
+
+
+@dataclass
+class SubmitReport:
+    submitted: list[str] = field(default_factory=list)         # cell ids handed to the scheduler
+    refused: dict[str, str] = field(default_factory=dict)      # cell id -> the scheduler's message
+    job_ids: dict[str, str] = field(default_factory=dict)      # cell id -> job id of this submission
+
+
+def group_by_resources(cells: list[Cell]) -> list[tuple[dict, list[Cell]]]:
+    """Cells with identical resources share one job array; groups keep the expansion order."""
+    groups: dict[str, tuple[dict, list[Cell]]] = {}
+    for c in cells:
+        key = json.dumps(c.resources, sort_keys=True, default=str)
+        groups.setdefault(key, (c.resources, []))[1].append(c)
+    return list(groups.values())
+
+
+def make_executor(executor: str, folder: Path, resources: dict, name: str) -> submitit.AutoExecutor:
+    ex = submitit.AutoExecutor(folder=str(folder / "%j"), cluster=executor, **executor_kwargs(resources, executor))
+    ex.update_parameters(**executor_parameters(resources, executor, name))
+    return ex
+
+
+def submit_cells(cells: list[Cell], runs_dir: Path, executor: str = "local", *, sweep: str = "sweep",
+                 target: str = DEFAULT_TARGET, progress: bool = True,
+                 log: Callable[[str], None] = print) -> SubmitReport:
+    """Submit ``cells`` (already materialised under ``runs_dir``) and record job ids in their directories."""
+    check_executor(executor)
+    runs_dir = Path(runs_dir)
+    for c in cells:
+        check_fits_executor(c.resources, executor, f"cell {c.alias}")
+    stamp = time.strftime("%Y%m%d-%H%M%S") + "-" + uuid.uuid4().hex[:6]  # fresh folder: job ids can repeat
+    report = SubmitReport()
+    groups = group_by_resources(cells)
+    bar = _bar(len(cells), f"{sweep} [{executor}]", progress) if executor != "slurm" else None
+    for k, (resources, group) in enumerate(groups):
+        gname = f"g{k}"
+        folder = runs_dir / C.SUBMITIT_DIR / f"{stamp}-{gname}"
+        dirs = [C.cell_dir(runs_dir, c) for c in group]
+        for d in dirs:
+            C.clear_errors(d)
+        try:
+            ex = make_executor(executor, folder, resources, name=f"{sweep}-{gname}")
+        except (ValueError, NameError, AssertionError) as e:
+            raise ValueError(f"resources of {group[0].alias}: submitit rejected them: {e}") from None
+        if executor == "slurm":
+            _submit_array(ex, group, dirs, target, folder, gname, report, log)
+        elif executor == "local":
+            _run_local(ex, group, dirs, target, folder, gname, report, local_parallelism(resources), bar)
+        else:
+            _run_debug(ex, group, dirs, target, folder, gname, report, bar)
+    if bar is not None:
+        bar.close()
+    return report
+
+
+def _submit_array(ex, group, dirs, target, folder, gname, report, log) -> None:
+    try:
+        jobs = ex.map_array(CellJob(target), [str(d) for d in dirs])
+    except Exception as e:  # noqa: BLE001 - sbatch's refusal: show it, mark the cells, go on
+        message = str(e).strip() or type(e).__name__
+        for c, d in zip(group, dirs):
+            C.record_submit_error(d, message, "slurm")
+            report.refused[c.id] = message
+        log(f"sbatch refused group {gname} ({len(group)} cells, e.g. {group[0].alias}): {message}")
+        return
+    for c, d, job in zip(group, dirs, jobs):
+        C.record_job(d, job.job_id, "slurm", folder, gname)
+        report.submitted.append(c.id)
+        report.job_ids[c.id] = job.job_id
+    log(f"submitted group {gname}: {len(group)} cells as array job {jobs[0].job_id.split('_')[0]}")
+
+
+def _run_local(ex, group, dirs, target, folder, gname, report, parallel, bar) -> None:
+    queue = list(zip(group, dirs))
+    running: list = []
+    while queue or running:
+        while queue and len(running) < parallel:
+            c, d = queue.pop(0)
+            job = ex.submit(CellJob(target), str(d))
+            C.record_job(d, job.job_id, "local", folder, gname)
+            report.submitted.append(c.id)
+            report.job_ids[c.id] = job.job_id
+            running.append(job)
+        time.sleep(0.2)
+        finished = [j for j in running if j.done()]
+        running = [j for j in running if j not in finished]
+        if bar is not None and finished:
+            bar.update(len(finished))
+
+
+def _run_debug(ex, group, dirs, target, folder, gname, report, bar) -> None:
+    for c, d in zip(group, dirs):
+        job = ex.submit(CellJob(target), str(d))
+        C.record_job(d, job.job_id, "debug", folder, gname)
+        report.submitted.append(c.id)
+        report.job_ids[c.id] = job.job_id
+        try:
+            job.result()
+        except Exception:  # noqa: BLE001 - the job wrote job_error.json; status reports it
+            pass
+        if bar is not None:
+            bar.update(1)
+
+
+def wait_for(dirs: list[Path], poll_s: float = 2.0, progress: bool = True, desc: str = "sweep",
+             timeout_s: float | None = None) -> list:
+    """Follow cells until none is queued or running; a progress bar counts finished cells."""
+    start = time.time()
+    bar = _bar(len(dirs), desc, progress)
+    try:
+        while True:
+            rows = statuses(dirs)
+            c = counts(rows)
+            bar.n = c["done"] + c["failed"]
+            bar.set_postfix({s: c[s] for s in STATES if c[s]}, refresh=True)
+            if not any(r.state in ("pending", "running") and r.job_id for r in rows):
+                return rows
+            if timeout_s is not None and time.time() - start > timeout_s:
+                return rows
+            time.sleep(poll_s)
+    finally:
+        bar.close()
+
+
+def _bar(total: int, desc: str, enabled: bool):
+    return tqdm(total=total, desc=desc, unit="cell", disable=not enabled, file=sys.stderr,
+                dynamic_ncols=True, leave=True, mininterval=0.5 if os.isatty(2) else 5)
