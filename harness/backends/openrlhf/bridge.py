@@ -1,0 +1,121 @@
+"""OpenRLHF logs -> the harness run directory: ``metrics.jsonl`` rows (docs/contracts.md §3) and ``result.json``.
+
+A key OpenRLHF did not measure stays missing (never 0). OpenRLHF's own numeric keys are kept under
+``openrlhf/<key>`` so nothing is lost.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from pathlib import Path
+
+from harness.io import append_jsonl, atomic_write_json, read_jsonl
+
+# harness key -> OpenRLHF status key (first present wins)
+RENAMES = {
+    "reward/mean": ("rollout/reward_mean", "reward"),
+    "entropy": ("harness/entropy",),
+    "clipfrac": ("ppo_clip_ratio",),
+    "ppo_kl": ("ppo_kl",),
+    "response/length": ("rollout/response_length_mean", "response_length"),
+    "lr": ("actor_lr",),
+    "time/rollout": ("timing/generation",),
+    "time/update": ("timing/ppo_train",),
+}
+PASS_PREFIXES = ("cov/", "selected/", "kl_cov/", "reward/")
+
+
+def _number(v):
+    if hasattr(v, "item") and getattr(v, "numel", lambda: 1)() == 1:
+        v = v.item()
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        return None
+    return float(v) if math.isfinite(v) else None
+
+
+def to_harness_metrics(status: dict, step: int, prev_entropy: float | None = None,
+                       wall_s: float | None = None) -> dict:
+    """One ``metrics.jsonl`` row from an OpenRLHF step status dict."""
+    row = {"step": int(step)}
+    used = set()
+    for key, sources in RENAMES.items():
+        for src in sources:
+            value = _number(status.get(src))
+            if value is not None:
+                row[key] = value
+                used.add(src)
+                break
+    for key, value in status.items():
+        value = _number(value)
+        if value is None or key in used:
+            continue
+        if key.startswith(PASS_PREFIXES):
+            row[key] = value
+        else:
+            row[f"openrlhf/{key}"] = value
+    if "entropy" in row and prev_entropy is not None:
+        row["entropy/delta"] = row["entropy"] - prev_entropy
+    if wall_s is not None:
+        row["time/wall"] = float(wall_s)
+    return row
+
+
+def metrics_path(run_dir) -> Path:
+    return Path(run_dir) / "metrics.jsonl"
+
+
+def append_metrics(run_dir, row: dict) -> None:
+    """Append a row; a step already logged (a resumed run replaying it) is not written twice."""
+    path = metrics_path(run_dir)
+    if path.exists():
+        done = {r.get("step") for r in read_jsonl(path)}
+        if row["step"] in done:
+            return
+    append_jsonl(path, row)
+
+
+def _edge_mean(rows: list[dict], key: str, last: bool):
+    vals = [r[key] for r in rows if r.get(key) is not None]
+    if not vals:
+        return None
+    k = max(1, math.ceil(len(vals) * 0.1))
+    part = vals[-k:] if last else vals[:k]
+    return sum(part) / len(part)
+
+
+def build_result(config: dict, run_dir, status: str, wall_time_s: float, run_id: str, method_config: dict) -> dict:
+    """The result.json payload (schema_version 1) from the run's metrics.jsonl."""
+    path = metrics_path(run_dir)
+    rows = read_jsonl(path) if path.exists() else []
+    timing = {}
+    for ours, theirs in (("rollout_s", "time/rollout"), ("update_s", "time/update")):
+        vals = [r[theirs] for r in rows if r.get(theirs) is not None]
+        if vals:
+            timing[ours] = sum(vals)
+    return {
+        "schema_version": 1,
+        "run_id": run_id,
+        "status": status,
+        "backend": "openrlhf",
+        "method": method_config.get("name"),
+        "advantage": method_config.get("advantage"),
+        "method_config": method_config,
+        "model": (config.get("model") or {}).get("name"),
+        "model_params": None,
+        "task": (config.get("task") or {}).get("name"),
+        "seed": config.get("seed"),
+        "steps": max((r["step"] for r in rows), default=0),
+        "wall_time_s": float(wall_time_s),
+        "summary": {
+            "entropy_start": _edge_mean(rows, "entropy", False), "entropy_end": _edge_mean(rows, "entropy", True),
+            "reward_start": _edge_mean(rows, "reward/mean", False), "reward_end": _edge_mean(rows, "reward/mean", True),
+        },
+        "eval": None,
+        "timing": timing,
+        "checkpoint": os.path.join(os.fspath(run_dir), "checkpoints", "final"),
+    }
+
+
+def write_result(run_dir, payload: dict) -> Path:
+    return atomic_write_json(Path(run_dir) / "result.json", payload)

@@ -1,0 +1,357 @@
+"""Run config -> OpenRLHF 0.11.2 dotted CLI flags, environment and plugin config (pure Python, no OpenRLHF).
+
+The flags alone already describe the closest *built-in* OpenRLHF run (GRPO -> ``group_norm``, clip-higher ->
+``--actor.eps_clip_low_high``, entropy bonus -> ``--actor.entropy_coef``), so the printed command stays readable;
+the Ray hook then swaps in the harness method object for the loss and the advantages (``plugin.py``), which is
+what makes Clip-Cov/KL-Cov and the selection scope possible. Every problem is reported before Ray starts.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import json
+import os
+import shlex
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Mapping
+
+PLUGIN_ENV = "HARNESS_OPENRLHF_PLUGIN"  # JSON plugin config, read in every Ray worker
+HOOK = "harness.backends.openrlhf.hook.install"
+REWARD_FILE = str(Path(__file__).with_name("reward.py"))
+EXTRA = "pip install 'entropy-harness[openrlhf]' (GPU: also vllm==0.29.0 and flash-attn==2.8.3, or the [gpu] extra)"
+
+ESTIMATORS = {"grpo": "group_norm", "rloo": "rloo"}  # harness advantage -> OpenRLHF built-in base estimator
+AGG_MODES = ("token-mean", "seq-mean-token-mean")      # the two OpenRLHF's aggregate_loss implements
+BUILTIN_EQUIVALENT = ("grpo", "rloo", "clip_higher", "entropy_bonus")
+REWARDS = ("math",)
+
+
+class OpenRLHFConfigError(ValueError):
+    """A run config the OpenRLHF backend cannot run; the message names the key and what is allowed."""
+
+
+@dataclass
+class OpenRLHFOptions:
+    """The ``openrlhf:`` section of a run config (cluster layout and OpenRLHF-only settings)."""
+
+    nodes: int = 1                         # actor (and ref) nodes
+    gpus_per_node: int = 8                 # actor GPUs per node
+    vllm_engines: int | None = None        # default: nodes * gpus_per_node // vllm_tp (colocated hybrid engine)
+    vllm_tp: int = 1                       # vLLM tensor parallel size
+    vllm_gpu_memory_utilization: float = 0.6
+    colocate: bool = True                  # --train.colocate_all + sleep mode (actor, ref, vLLM share GPUs)
+    zero_stage: int = 2
+    param_dtype: str = "bf16"
+    attn_implementation: str = "flash_attention_2"
+    gradient_checkpointing: bool = True
+    rollout_micro_batch_size: int | None = None  # forward-only micro-batch (log-probs); default: train.micro_batch_size
+    max_prompt_len: int = 2048             # --data.max_len = max_prompt_len + train.max_new_tokens
+    input_key: str = "prompt"
+    label_key: str = "answer"
+    apply_chat_template: bool = True
+    input_template: str | None = None
+    reward: str = "math"                   # math (harness grader) or a path to a reward_func .py file
+    kl_coef: float = 0.0                   # >0 adds a reference model; only as a loss (kl_use_loss) here
+    kl_use_loss: bool = False
+    kl_estimator: str = "k3"
+    log_entropy: bool = True               # --actor.entropy_coef 0: entropy computed and logged (costs memory)
+    seed_offset_per_rank: bool = True      # Clip-Cov draws: generator seeded with seed + rank
+    extra_flags: dict = field(default_factory=dict)   # {"--dotted.flag": value | [values] | true}
+    env: dict = field(default_factory=dict)            # extra environment for the launcher and every worker
+    python: str | None = None              # interpreter for the launcher (default: this one)
+
+
+def _close(name, known) -> str:
+    close = difflib.get_close_matches(str(name), sorted(known), n=3, cutoff=0.5)
+    return f" Did you mean {' or '.join(map(repr, close))}?" if close else ""
+
+
+def parse_options(section: Mapping | None) -> OpenRLHFOptions:
+    """Validate the ``openrlhf:`` mapping: unknown keys and bad values raise OpenRLHFConfigError."""
+    section = dict(section or {})
+    fields = {f.name: f for f in dataclasses.fields(OpenRLHFOptions)}
+    for key in section:
+        if key not in fields:
+            raise OpenRLHFConfigError(f"openrlhf.{key}: unknown key.{_close(key, fields)} Allowed: {', '.join(fields)}")
+    opts = OpenRLHFOptions(**section)
+    ints = ("nodes", "gpus_per_node", "vllm_tp", "zero_stage", "max_prompt_len")
+    for name in ints:
+        v = getattr(opts, name)
+        if isinstance(v, bool) or not isinstance(v, int) or v < (0 if name == "zero_stage" else 1):
+            raise OpenRLHFConfigError(f"openrlhf.{name}: expected a positive integer, got {v!r}")
+    for name in ("vllm_engines", "rollout_micro_batch_size"):
+        v = getattr(opts, name)
+        if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 1):
+            raise OpenRLHFConfigError(f"openrlhf.{name}: expected a positive integer or null, got {v!r}")
+    if opts.zero_stage not in (0, 1, 2, 3):
+        raise OpenRLHFConfigError(f"openrlhf.zero_stage: {opts.zero_stage!r} is not allowed. Allowed: 0, 1, 2, 3")
+    if opts.param_dtype not in ("bf16", "fp16"):
+        raise OpenRLHFConfigError(f"openrlhf.param_dtype: {opts.param_dtype!r} is not allowed. Allowed: bf16, fp16")
+    if opts.kl_estimator not in ("k1", "k2", "k3"):
+        raise OpenRLHFConfigError(f"openrlhf.kl_estimator: {opts.kl_estimator!r} is not allowed. Allowed: k1, k2, k3")
+    if not isinstance(opts.kl_coef, (int, float)) or isinstance(opts.kl_coef, bool) or opts.kl_coef < 0:
+        raise OpenRLHFConfigError(f"openrlhf.kl_coef: expected a number >= 0, got {opts.kl_coef!r}")
+    if opts.kl_coef > 0 and not opts.kl_use_loss:
+        raise OpenRLHFConfigError(
+            "openrlhf.kl_coef > 0 needs openrlhf.kl_use_loss: true. KL as a reward penalty would be folded into "
+            "OpenRLHF's returns, which the harness advantage replaces; allowed: kl_coef: 0, or kl_use_loss: true")
+    if not 0 < float(opts.vllm_gpu_memory_utilization) <= 1:
+        raise OpenRLHFConfigError(f"openrlhf.vllm_gpu_memory_utilization: expected 0 < x <= 1, got "
+                                  f"{opts.vllm_gpu_memory_utilization!r}")
+    if opts.reward not in REWARDS and not str(opts.reward).endswith(".py"):
+        raise OpenRLHFConfigError(f"openrlhf.reward: {opts.reward!r} is not allowed. Allowed: "
+                                  f"{', '.join(REWARDS)}, or a path to a .py file defining reward_func")
+    for name in ("extra_flags", "env"):
+        if not isinstance(getattr(opts, name), dict):
+            raise OpenRLHFConfigError(f"openrlhf.{name}: expected a mapping, got {getattr(opts, name)!r}")
+    for flag in opts.extra_flags:
+        if not str(flag).startswith("--") or " " in str(flag):
+            raise OpenRLHFConfigError(f"openrlhf.extra_flags: {flag!r} is not a flag; write it as '--group.name'")
+    return opts
+
+
+# ------------------------------------------------------------------------------------------- config access
+def _section(cfg, name):
+    value = cfg.get(name, {}) if isinstance(cfg, Mapping) else getattr(cfg, name)
+    if dataclasses.is_dataclass(value):
+        return dataclasses.asdict(value)
+    return dict(value or {})
+
+
+def as_dict(cfg) -> dict:
+    """A RunConfig (harness.config) or a plain mapping, as a plain dict."""
+    if isinstance(cfg, Mapping):
+        return dict(cfg)
+    if hasattr(cfg, "to_dict"):
+        return cfg.to_dict()
+    return dataclasses.asdict(cfg)
+
+
+def build_method(method_section: Mapping):
+    """The harness method object of the config (errors from the method API are user errors)."""
+    import harness
+
+    section = dict(method_section)
+    name = section.pop("name", None)
+    if not name:
+        raise OpenRLHFConfigError("method.name: required (see `harness methods`)")
+    return harness.get_method(name, **section)
+
+
+# ------------------------------------------------------------------------------------------------- plan
+@dataclass
+class LaunchPlan:
+    argv: list[str]          # OpenRLHF flags (what train_ppo_ray parses)
+    env: dict[str, str]      # environment of the launcher (and, through Ray's runtime_env, every worker)
+    plugin: dict             # the plugin config (also JSON in env[PLUGIN_ENV])
+    python: str
+
+
+def _flag_value(v) -> list[str]:
+    if isinstance(v, bool):
+        return []
+    if isinstance(v, (list, tuple)):
+        return [_num(x) for x in v]
+    return [_num(v)]
+
+
+def _num(x) -> str:
+    return repr(x) if isinstance(x, float) else str(x)
+
+
+def method_flags(method, opts: OpenRLHFOptions) -> list[str]:
+    """The OpenRLHF flags that express ``method`` with built-ins (exact for BUILTIN_EQUIVALENT methods)."""
+    if method.name == "prime" or method.advantage == "prime":
+        raise OpenRLHFConfigError(
+            "method prime is not supported on the OpenRLHF backend: its implicit PRM is a second trainable model "
+            "that OpenRLHF 0.11.2 has no role for (see docs/openrlhf.md, 'PRIME'). Run it with backend: pocket.")
+    if method.advantage not in ESTIMATORS:
+        raise OpenRLHFConfigError(f"method.advantage: {method.advantage!r} is not supported on the OpenRLHF backend. "
+                                  f"Allowed: {', '.join(ESTIMATORS)}")
+    if method.agg not in AGG_MODES:
+        raise OpenRLHFConfigError(f"method.agg: {method.agg!r} is not supported on the OpenRLHF backend (its "
+                                  f"aggregate_loss has no such mode). Allowed: {', '.join(AGG_MODES)}")
+    estimator = ESTIMATORS[method.advantage]
+    if method.advantage == "grpo" and not method.std_normalize:
+        estimator = "dr_grpo"
+    flags = ["--algo.advantage.estimator", estimator,
+             "--actor.policy_loss_type", "ppo",
+             "--actor.eps_clip_low_high", _num(float(method.eps_low)), _num(float(method.eps_high)),
+             "--actor.loss_agg_mode", method.agg]
+    coef = getattr(method, "coef", None) if method.needs_entropy else None
+    if coef is not None:
+        flags += ["--actor.entropy_coef", _num(float(coef))]
+    elif method.needs_entropy:
+        raise OpenRLHFConfigError(f"method {method.name} needs the entropy but has no 'coef'; the OpenRLHF backend "
+                                  f"only knows the entropy bonus form (loss -= coef * entropy)")
+    elif opts.log_entropy:
+        flags += ["--actor.entropy_coef", "0"]
+    return flags
+
+
+def build_plan(config, run_dir: str | os.PathLike) -> LaunchPlan:
+    """Validate ``config`` for this backend and build the launch (argv, env, plugin config). Starts nothing."""
+    cfg = as_dict(config)
+    if cfg.get("backend", "openrlhf") != "openrlhf":
+        raise OpenRLHFConfigError(f"backend: {cfg.get('backend')!r}; the OpenRLHF launcher needs backend: openrlhf")
+    opts = parse_options(cfg.get("openrlhf"))
+    method = build_method(cfg.get("method") or {})
+    model, task = _section(cfg, "model"), _section(cfg, "task")
+    train, logging = _section(cfg, "train"), _section(cfg, "logging")
+    run_dir = os.path.abspath(os.fspath(run_dir))
+    seed = int(cfg.get("seed", 0))
+
+    steps, prompts = int(train.get("steps", 1)), int(train.get("prompts_per_step", 1))
+    n, updates = int(train.get("samples_per_prompt", 1)), int(train.get("updates_per_rollout", 1))
+    micro = int(train.get("micro_batch_size", 1))
+    world = opts.nodes * opts.gpus_per_node
+    if n < 2:
+        raise OpenRLHFConfigError(f"train.samples_per_prompt: {n}; group advantages on OpenRLHF need at least 2")
+    rollout = prompts * n
+    if rollout % updates:
+        raise OpenRLHFConfigError(f"train.updates_per_rollout: {updates} does not divide prompts_per_step * "
+                                  f"samples_per_prompt = {rollout}; OpenRLHF needs equal mini-batches")
+    train_batch = rollout // updates
+    if train_batch % (micro * world):
+        raise OpenRLHFConfigError(
+            f"train.micro_batch_size: mini-batch of {train_batch} sequences is not a multiple of micro_batch_size "
+            f"({micro}) x actor GPUs ({world} = openrlhf.nodes x openrlhf.gpus_per_node); DeepSpeed needs "
+            f"mini-batch = micro x grad-accumulation x GPUs")
+    engines = opts.vllm_engines if opts.vllm_engines is not None else max(world // opts.vllm_tp, 1)
+    if opts.colocate and engines * opts.vllm_tp != world:
+        raise OpenRLHFConfigError(f"openrlhf.vllm_engines: colocated runs need vllm_engines x vllm_tp == actor GPUs "
+                                  f"({engines} x {opts.vllm_tp} != {world}); set colocate: false or fix the counts")
+    scope = getattr(method, "scope", None)
+    extra_keys = {str(k) for k in opts.extra_flags}
+    if scope == "global":
+        bad = extra_keys & {"--train.dynamic_batch_enable", "--ds.ring_attn_size", "--ds.tensor_parallel_size"}
+        if bad:
+            raise OpenRLHFConfigError(f"method.scope: global selection plans over fixed micro-batch windows; it "
+                                      f"cannot be combined with {', '.join(sorted(bad))} (use scope: micro_batch)")
+    if opts.reward != "math" and not os.path.exists(opts.reward):
+        raise OpenRLHFConfigError(f"openrlhf.reward: file not found: {opts.reward}")
+    reward = REWARD_FILE if opts.reward == "math" else os.path.abspath(opts.reward)
+    max_new = int(train.get("max_new_tokens", 1024))
+    ckpt_every = int(train.get("checkpoint_every", 0))
+    max_gen = int(train.get("max_gen_batches", 1)) if train.get("dynamic_filtering") else 1
+
+    argv = [
+        "--actor.model_name_or_path", str(model.get("name")),
+        "--data.prompt_dataset", str(task.get("name")),
+        "--data.input_key", opts.input_key, "--data.label_key", opts.label_key,
+        *(["--data.apply_chat_template"] if opts.apply_chat_template else []),
+        *(["--data.input_template", opts.input_template] if opts.input_template else []),
+        "--data.max_len", str(opts.max_prompt_len + max_new),
+        # steps * prompts prompts feed `steps` rollouts; the plugin stops after `steps` (dynamic filtering
+        # consumes extra prompts, up to max_gen_batches per step)
+        "--data.max_samples", str(steps * prompts * max_gen),
+        "--train.num_episodes", "1",
+        "--train.seed", str(seed),
+        "--rollout.batch_size", str(prompts),
+        "--rollout.n_samples_per_prompt", str(n),
+        "--rollout.max_new_tokens", str(max_new),
+        "--rollout.temperature", _num(float(train.get("temperature", 1.0))),
+        "--rollout.top_p", "1.0",
+        "--rollout.micro_batch_size", str(opts.rollout_micro_batch_size or micro),
+        "--train.batch_size", str(train_batch),
+        "--train.micro_batch_size", str(micro),
+        "--train.max_epochs", "1",
+        "--actor.adam.lr", _num(float(train.get("lr", 1e-6))),
+        "--actor.adam.weight_decay", _num(float(train.get("weight_decay", 0.0))),
+        "--actor.adam.betas", "0.9", "0.999",
+        "--actor.lr_scheduler", "constant", "--actor.lr_warmup_ratio", "0.0",
+        "--actor.max_norm", _num(float(train.get("grad_clip", 1.0)) or 1e9),
+        *method_flags(method, opts),
+        "--algo.kl.init_coef", _num(float(opts.kl_coef)),
+        *(["--algo.kl.use_loss", "--algo.kl.estimator", opts.kl_estimator] if opts.kl_use_loss else []),
+        "--reward.remote_url", reward,
+        *(["--algo.dynamic_filtering_enable", "--algo.dynamic_filtering_range", "0.0", "1.0"]
+          if train.get("dynamic_filtering") else []),
+        "--actor.num_nodes", str(opts.nodes), "--actor.num_gpus_per_node", str(opts.gpus_per_node),
+        "--ref.num_nodes", str(opts.nodes), "--ref.num_gpus_per_node", str(opts.gpus_per_node),
+        "--vllm.num_engines", str(engines), "--vllm.tensor_parallel_size", str(opts.vllm_tp),
+        "--vllm.gpu_memory_utilization", _num(float(opts.vllm_gpu_memory_utilization)),
+        *(["--train.colocate_all", "--vllm.enable_sleep", "--ds.enable_sleep"] if opts.colocate else []),
+        "--ds.zero_stage", str(opts.zero_stage), "--ds.param_dtype", opts.param_dtype,
+        "--ds.attn_implementation", opts.attn_implementation,
+        *(["--actor.gradient_checkpointing_enable"] if opts.gradient_checkpointing else []),
+        "--ckpt.path", os.path.join(run_dir, "checkpoints", "openrlhf"),
+        "--ckpt.output_dir", os.path.join(run_dir, "checkpoints", "final"),
+        "--ckpt.save_steps", str(ckpt_every if ckpt_every > 0 else -1),
+        "--ckpt.max_num", "2", "--ckpt.load_enable",
+        "--logger.logging_steps", "1",
+        "--eval.steps", "-1",
+    ]
+    if logging.get("tensorboard"):
+        argv += ["--logger.tensorboard_dir", os.path.join(run_dir, "tensorboard")]
+    if logging.get("wandb"):
+        argv += ["--logger.wandb.key", "${WANDB_API_KEY}",
+                 "--logger.wandb.project", str(logging.get("wandb_project", "entropy-harness")),
+                 "--logger.wandb.run_name", Path(run_dir).name]
+    argv = _merge_extra(argv, opts.extra_flags)
+
+    plugin = {
+        "method": method.to_config(),
+        "run_dir": run_dir,
+        "seed": seed,
+        "steps": steps,
+        "seed_offset_per_rank": opts.seed_offset_per_rank,
+        "reward": opts.reward,
+        "run_id": run_id(config, cfg),
+        "config": {"model": {"name": model.get("name")}, "task": {"name": task.get("name")}, "seed": seed},
+    }
+    env = {str(k): str(v) for k, v in opts.env.items()}
+    env[PLUGIN_ENV] = json.dumps(plugin, sort_keys=True, default=str)
+    return LaunchPlan(argv=argv, env=env, plugin=plugin, python=opts.python or sys.executable)
+
+
+def run_id(config, cfg: dict) -> str:
+    """The run's identity: the config hash (harness.config), 12 hex."""
+    if hasattr(config, "run_id"):
+        return config.run_id()
+    from harness.config import config_hash
+
+    return config_hash(cfg)
+
+
+def _merge_extra(argv: list[str], extra: Mapping) -> list[str]:
+    """Append ``openrlhf.extra_flags``; a flag the launcher already sets is an error (one source of truth)."""
+    have = {a for a in argv if a.startswith("--")}
+    out = list(argv)
+    for flag, value in extra.items():
+        flag = str(flag)
+        if flag in have:
+            raise OpenRLHFConfigError(f"openrlhf.extra_flags: {flag} is set by the launcher from the run config; "
+                                      f"change the run config key instead of overriding it")
+        if value is False or value is None:
+            continue
+        out += [flag, *_flag_value(value)]
+    return out
+
+
+def launch_command(config, run_dir) -> str:
+    """The exact shell command (environment included) that `train` runs; for --dry-run."""
+    plan = build_plan(config, run_dir)
+    return format_command(plan, run_dir)
+
+
+def format_command(plan: LaunchPlan, run_dir) -> str:
+    env = " \\\n  ".join(f"{k}={shlex.quote(v)}" for k, v in sorted(plan.env.items()))
+    lines = [f"env {env} \\", f"  {shlex.quote(plan.python)} -m harness.backends.openrlhf.launch "
+                                  f"{shlex.quote(os.path.abspath(os.fspath(run_dir)))} --"]
+    i, argv = 0, plan.argv
+    while i < len(argv):
+        j = i + 1
+        while j < len(argv) and not argv[j].startswith("--"):
+            j += 1
+        lines[-1] += " \\"
+        lines.append("    " + " ".join(_quote(a) for a in argv[i:j]))
+        i = j
+    return "\n".join(lines)
+
+
+def _quote(a: str) -> str:
+    return a if a == "${WANDB_API_KEY}" else shlex.quote(a)

@@ -1,0 +1,104 @@
+"""Start OpenRLHF with the harness hook: ``python -m harness.backends.openrlhf.launch RUN_DIR -- <flags>``.
+
+Starts (or joins, with ``RAY_ADDRESS``) Ray with ``worker_process_setup_hook`` = our hook and the plugin config
+in every worker's environment, then runs OpenRLHF's own entry point (``openrlhf.cli.train_ppo_ray`` as
+``__main__``, so all its argument validation applies). ``train()`` skips its ``ray.init`` when Ray is up.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import runpy
+import time
+import sys
+from pathlib import Path
+
+from harness.backends.openrlhf.flags import EXTRA, HOOK, PLUGIN_ENV
+
+REPO_ROOT = str(Path(__file__).resolve().parents[3])
+
+
+class OpenRLHFMissingError(ImportError):
+    """OpenRLHF (or one of its GPU dependencies) is not installed."""
+
+
+def require_openrlhf() -> None:
+    """Raise OpenRLHFMissingError naming the extra when OpenRLHF cannot be imported here."""
+    import importlib.util
+
+    missing = [m for m in ("openrlhf", "ray", "deepspeed") if importlib.util.find_spec(m) is None]
+    if missing:
+        raise OpenRLHFMissingError(f"backend openrlhf needs {', '.join(missing)}, which is not installed: {EXTRA}")
+
+
+def runtime_env(extra_env: dict | None = None) -> dict:
+    """Ray runtime_env: our hook plus the variables every worker needs (what upstream's train() would set)."""
+    env = {
+        "TOKENIZERS_PARALLELISM": os.environ.get("TOKENIZERS_PARALLELISM", "true"),
+        "NCCL_DEBUG": os.environ.get("NCCL_DEBUG", "WARN"),
+        "RAY_ENABLE_ZERO_COPY_TORCH_TENSORS": os.environ.get("RAY_ENABLE_ZERO_COPY_TORCH_TENSORS", "1"),
+        "PYTHONPATH": os.pathsep.join(p for p in (REPO_ROOT, os.environ.get("PYTHONPATH", "")) if p),
+    }
+    for key, value in os.environ.items():
+        if key.startswith("HARNESS_"):
+            env[key] = value
+    env.update(extra_env or {})
+    return {"env_vars": env, "worker_process_setup_hook": HOOK}
+
+
+def expand(argv: list[str]) -> list[str]:
+    out = []
+    for a in argv:
+        if a == "${WANDB_API_KEY}":
+            if not os.environ.get("WANDB_API_KEY"):
+                raise SystemExit("logging.wandb is on but WANDB_API_KEY is not set")
+            a = os.environ["WANDB_API_KEY"]
+        out.append(a)
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if len(argv) < 2 or argv[1] != "--":
+        print("usage: python -m harness.backends.openrlhf.launch RUN_DIR -- <openrlhf flags>", file=sys.stderr)
+        return 2
+    if PLUGIN_ENV not in os.environ:
+        print(f"{PLUGIN_ENV} is not set; print the full command with `harness train CONFIG --dry-run`", file=sys.stderr)
+        return 2
+    require_openrlhf()
+    import ray
+
+    from harness.backends.openrlhf import hook
+
+    run_dir = Path(argv[0])
+    run_dir.mkdir(parents=True, exist_ok=True)
+    hook.install()
+    t0, status = time.time(), "failed"
+    try:
+        if not ray.is_initialized():
+            ray.init(address=os.environ.get("RAY_ADDRESS"), runtime_env=runtime_env())
+        sys.argv = ["train_ppo_ray", *expand(argv[2:])]
+        runpy.run_module("openrlhf.cli.train_ppo_ray", run_name="__main__", alter_sys=True)
+        status = "completed"
+    except KeyboardInterrupt:
+        status = "interrupted"
+        raise
+    finally:
+        write_result(run_dir, status, time.time() - t0)
+        if ray.is_initialized():
+            ray.shutdown()
+    return 0
+
+
+def write_result(run_dir: Path, status: str, wall_s: float) -> None:
+    """result.json from the plugin config and metrics.jsonl (written last, atomically)."""
+    from harness.backends.openrlhf import bridge
+
+    cfg = json.loads(os.environ[PLUGIN_ENV])
+    payload = bridge.build_result(cfg.get("config", {}), run_dir, status, wall_s, cfg.get("run_id"), cfg["method"])
+    bridge.write_result(run_dir, payload)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

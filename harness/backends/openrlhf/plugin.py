@@ -1,0 +1,340 @@
+"""The in-place patches that run the harness method inside OpenRLHF 0.11.2 (applied by ``hook.py``).
+
+* ``ppo_actor.PolicyLoss`` -> ``HarnessPolicyLoss``: the method's ``policy_loss`` (entropy bonus included)
+  rescaled to OpenRLHF's global normalisers, so DP and gradient accumulation scale exactly as upstream.
+* ``ActorPPOTrainer.training_step``: hands the loss its experience (for metrics), the entropy of the training
+  forward and, for ``scope: global``, the mini-batch selection plan.
+* ``ppo_actor.iter_grad_accum_global_norm``: for ``scope: global``, one extra no-grad forward over each
+  optimizer-step window, then ``method.select_tokens`` over the whole window (collectives across DP ranks).
+* ``RemoteExperienceMaker.compute_advantages_and_returns``: upstream's (length penalties, returns, logs), then
+  the advantages replaced by ``method.advantages`` over the whole rollout.
+* ``BasePPOTrainer.save_logs_and_checkpoints``: appends our ``metrics.jsonl`` line; stops after ``steps``.
+
+Module globals and class attributes are patched in place (Ray ships actor methods by value; see the
+reference note §15.1), never replaced classes.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from typing import Any
+
+from harness.backends.openrlhf.flags import PLUGIN_ENV
+
+SKIP_METRICS = {"tokens", "ppo_kl", "clipfrac", "selected/count", "entropy/token_mean"}
+
+
+class _State:
+    def __init__(self):
+        self.config: dict | None = None
+        self.method = None
+        self.trainer = None          # the ActorPPOTrainer of this worker (set in ppo_train)
+        self.rollout_step = 0        # ppo_train calls in this worker = training steps
+        self.capture = False         # Actor.forward stashes entropy while True
+        self.entropy = None
+        self.generator = None
+        self.t0 = time.time()
+        self.prev_entropy = None
+
+
+STATE = _State()
+
+
+def plugin_config() -> dict:
+    if STATE.config is None:
+        raw = os.environ.get(PLUGIN_ENV)
+        if not raw:
+            raise RuntimeError(f"{PLUGIN_ENV} is not set in this worker: start OpenRLHF through "
+                               f"`harness train` / harness.backends.openrlhf.launch, which sets it for every worker")
+        STATE.config = json.loads(raw)
+    return STATE.config
+
+
+def configure(config: dict) -> None:
+    """Set the plugin config in-process (tests and the launcher); resets the cached method."""
+    STATE.config, STATE.method, STATE.generator = dict(config), None, None
+    os.environ[PLUGIN_ENV] = json.dumps(config, sort_keys=True, default=str)
+
+
+def method():
+    if STATE.method is None:
+        import harness
+
+        section = dict(plugin_config()["method"])
+        STATE.method = harness.get_method(section.pop("name"), **section)
+    return STATE.method
+
+
+def generator():
+    """CPU generator for random selections (Clip-Cov), seeded with seed (+ rank, so ranks draw independently)."""
+    if STATE.generator is None:
+        import torch
+        import torch.distributed as dist
+
+        cfg = plugin_config()
+        rank = dist.get_rank() if dist.is_available() and dist.is_initialized() else 0
+        seed = int(cfg.get("seed", 0)) + (rank if cfg.get("seed_offset_per_rank", True) else 0)
+        STATE.generator = torch.Generator().manual_seed(seed)
+    return STATE.generator
+
+
+# --------------------------------------------------------------------------------------------- loss
+def normaliser_scale(mask, token_level: bool, dp_size=1, batch_num_tokens=None, global_batch_size=None):
+    """Factor turning the method's local mean (token-mean or seq-mean-token-mean over this micro-batch) into
+    OpenRLHF's ``aggregate_loss`` with the global normalisers: local_sum / global_count * dp_size."""
+    import torch
+
+    from harness.ops import EPS_MEAN
+
+    m = mask.float()
+    if token_level:
+        if batch_num_tokens is None:
+            return torch.ones((), device=m.device)
+        return (m.sum() + EPS_MEAN) / torch.as_tensor(batch_num_tokens, device=m.device, dtype=torch.float32) * dp_size
+    rows = (m.sum(-1) > 0).float().sum()
+    if global_batch_size is None:
+        return torch.ones((), device=m.device)
+    return rows / torch.as_tensor(global_batch_size, device=m.device, dtype=torch.float32) * dp_size
+
+
+def make_policy_loss_class(base):
+    """A subclass of OpenRLHF's ``PolicyLoss`` (same constructor) whose forward is the harness method."""
+    import torch
+
+    class HarnessPolicyLoss(base):
+        experience = None   # set per micro-batch by the training_step wrapper
+        selected = None     # (B, A) bool plan slice for scope: global
+        step = 0
+
+        def forward(self, log_probs, old_log_probs, advantages, action_mask=None, rollout_log_probs=None,
+                    dp_size=1, batch_num_tokens=None, global_batch_size=None):
+            m = method()
+            if (m.agg == "token-mean") != bool(self.token_level_loss):
+                raise RuntimeError(f"method agg={m.agg!r} but OpenRLHF --actor.loss_agg_mode gives token_level_loss="
+                                   f"{self.token_level_loss}; launch through harness so the two agree")
+            mask = action_mask if action_mask is not None else torch.ones_like(log_probs)
+            entropy = STATE.entropy if m.needs_entropy else None
+            if m.needs_entropy and entropy is None:
+                raise RuntimeError(f"method {m.name} needs the entropy, but the training forward returned none "
+                                   f"(--actor.entropy_coef must be set)")
+            selected = self.selected.to(mask.device) if self.selected is not None else None
+            out = m.policy_loss(log_probs, old_log_probs, advantages, mask, entropy=entropy, step=self.step,
+                                generator=generator(), selected=selected)
+            scale = normaliser_scale(mask, bool(self.token_level_loss), dp_size, batch_num_tokens, global_batch_size)
+            loss = out.loss * scale
+            device = log_probs.device
+            if self.experience is not None:
+                publish_metrics(self.experience, out.metrics, mask, STATE.entropy)
+            clip_ratio = torch.tensor(out.metrics.get("clipfrac", 0.0), device=device)
+            ppo_kl = torch.tensor(out.metrics.get("ppo_kl", 0.0), device=device)
+            return loss, clip_ratio, ppo_kl, None, None
+
+    HarnessPolicyLoss.__qualname__ = HarnessPolicyLoss.__name__ = "HarnessPolicyLoss"
+    return HarnessPolicyLoss
+
+
+def publish_metrics(experience, metrics: dict, mask, entropy) -> None:
+    """Method diagnostics into ``experience.info`` (0-dim: token-weighted across micro-batches and ranks by
+    OpenRLHF, then logged as ``train/<key>``); per-response mean entropy as a (B,) tensor (sample-weighted)."""
+    import torch
+
+    device = mask.device
+    for key, value in metrics.items():
+        if key in SKIP_METRICS or not isinstance(value, (int, float)):
+            continue
+        experience.info[key] = torch.tensor(float(value), device=device)
+    if entropy is not None:
+        m = mask.float()
+        per_row = (entropy.detach().float() * m).sum(-1) / m.sum(-1).clamp_min(1)
+        experience.info["harness/entropy"] = per_row
+
+
+# ------------------------------------------------------------------------------------- actor module
+def patch_ppo_actor(module) -> None:
+    """Patch ``openrlhf.trainer.ray.ppo_actor`` in place."""
+    module.PolicyLoss = make_policy_loss_class(module.PolicyLoss)
+    trainer_cls = module.ActorPPOTrainer
+    orig_step, orig_train = trainer_cls.training_step, trainer_cls.ppo_train
+
+    def training_step(self, experience, kl_ctl, step, loss_batch_info=None):
+        loss_fn, m = self.actor_loss_fn, method()
+        STATE.trainer = self
+        loss_fn.experience = experience
+        loss_fn.selected = getattr(experience, "_harness_selected", None)
+        loss_fn.step = STATE.rollout_step
+        STATE.capture, STATE.entropy = True, None
+        saved_coef = self.args.actor.entropy_coef
+        if m.needs_entropy and saved_coef is not None:
+            self.args.actor.entropy_coef = 0.0  # the bonus is in our loss; upstream still computes and logs it
+        try:
+            return orig_step(self, experience, kl_ctl, step, loss_batch_info)
+        finally:
+            self.args.actor.entropy_coef = saved_coef
+            STATE.capture, STATE.entropy = False, None
+            loss_fn.experience = loss_fn.selected = None
+
+    def ppo_train(self, kl_ctl):
+        STATE.trainer = self
+        try:
+            return orig_train(self, kl_ctl)
+        finally:
+            STATE.rollout_step += 1
+
+    trainer_cls.training_step, trainer_cls.ppo_train = training_step, ppo_train
+    if getattr(method(), "scope", None) == "global":
+        module.iter_grad_accum_global_norm = make_planning_iterator(module.iter_grad_accum_global_norm)
+
+
+def patch_actor_model(module) -> None:
+    """``Actor.forward``: stash the training forward's entropy for the loss (only while a step is running)."""
+    actor_cls = module.Actor
+    orig_forward = actor_cls.forward
+
+    def forward(self, *args, **kwargs):
+        out = orig_forward(self, *args, **kwargs)
+        if STATE.capture and kwargs.get("return_entropy"):
+            output = out[1] if isinstance(out, tuple) else out
+            entropy = getattr(output, "entropy", None)
+            action_mask = kwargs.get("action_mask", args[1] if len(args) > 1 else None)
+            if entropy is not None and action_mask is not None:
+                entropy = entropy[:, -action_mask.shape[1]:]
+            STATE.entropy = entropy
+        return out
+
+    actor_cls.forward = forward
+
+
+def make_planning_iterator(orig_iter):
+    """Wrap ``iter_grad_accum_global_norm``: plan the selection over each optimizer-step window first."""
+
+    def planned(data_iter, strategy, accumulated_gradient, mask_fn):
+        gas = max(int(accumulated_gradient), 1)
+        window = []
+        for item, info in orig_iter(data_iter, strategy, accumulated_gradient, mask_fn):
+            window.append((item, info))
+            if len(window) == gas:
+                plan_window([it for it, _ in window])
+                yield from window
+                window = []
+        if window:
+            plan_window([it for it, _ in window])
+            yield from window
+
+    return planned
+
+
+def plan_window(experiences) -> None:
+    """No-grad forward of the current policy over every micro-batch of the window, one ``select_tokens`` call
+    over their union (padded to a common width), and each micro-batch's slice stored on the experience."""
+    import torch
+
+    trainer, m = STATE.trainer, method()
+    if trainer is None:
+        raise RuntimeError("scope: global planning needs ActorPPOTrainer.ppo_train (not patched?)")
+    device = torch.cuda.current_device() if torch.cuda.is_available() else "cpu"
+    lps = []
+    trainer.actor.train()
+    with torch.no_grad():
+        for e in experiences:
+            e.to_device(device)
+            lps.append(trainer.actor(e.sequences, e.action_mask, attention_mask=e.attention_mask,
+                                     ring_attn_group=trainer.strategy.ring_attn_group).float())
+    width = max(e.action_mask.shape[1] for e in experiences)
+
+    def cat(tensors):
+        return torch.cat([torch.nn.functional.pad(t.float(), (0, width - t.shape[1])) for t in tensors])
+
+    masks = [e.action_mask for e in experiences]
+    plan = m.select_tokens(cat(lps), cat([e.action_log_probs for e in experiences]),
+                           cat([e.advantages for e in experiences]), cat(masks), generator=generator())
+    if plan is None:
+        return
+    row = 0
+    for e, mask in zip(experiences, masks):
+        b, a = mask.shape
+        e._harness_selected = plan[row:row + b, :a].to(mask.device)
+        row += b
+
+
+# ------------------------------------------------------------------------------- experience maker
+def harness_advantages(experiences, n_samples_per_prompt: int):
+    """Our method's advantages over the whole rollout (groups = index // n); returns per-experience (B, A)."""
+    import torch
+
+    m = method()
+    index = torch.tensor([i for e in experiences for i in e.index], dtype=torch.long)
+    scores = torch.cat([e.rewards.float().reshape(-1) for e in experiences])
+    width = max(e.action_mask.shape[1] for e in experiences)
+    mask = torch.cat([torch.nn.functional.pad(e.action_mask.float(), (0, width - e.action_mask.shape[1]))
+                      for e in experiences])
+    adv = m.advantages(scores, index // int(n_samples_per_prompt), mask)
+    out, row = [], 0
+    for e in experiences:
+        b, a = e.action_mask.shape
+        out.append(adv[row:row + b, :a])
+        row += b
+    return out
+
+
+def covariance_term(experiences) -> float | None:
+    """Batch covariance term: token-level mean of (A - mean A)(log pi_old - mean log pi_old) over the rollout."""
+    import torch
+
+    if any(e.action_log_probs is None for e in experiences):
+        return None
+    a = torch.cat([e.advantages.float()[e.action_mask.bool()] for e in experiences])
+    lp = torch.cat([e.action_log_probs.float()[e.action_mask.bool()] for e in experiences])
+    if a.numel() == 0:
+        return None
+    return float(((a - a.mean()) * (lp - lp.mean())).mean())
+
+
+def patch_experience_maker(module) -> None:
+    cls = module.RemoteExperienceMaker
+    orig = cls.compute_advantages_and_returns
+
+    def compute_advantages_and_returns(self, experiences):
+        experiences = orig(self, experiences)  # length penalties, returns, info["return"], group_reward_std
+        for e, adv in zip(experiences, harness_advantages(experiences, self.strategy.args.rollout.n_samples_per_prompt)):
+            e.advantages = adv.to(e.action_mask.device)
+        cov = covariance_term(experiences)
+        if cov is not None:
+            import torch
+
+            for e in experiences:
+                e.info["cov/term"] = torch.full((e.action_mask.shape[0],), cov)
+        return experiences
+
+    cls.compute_advantages_and_returns = compute_advantages_and_returns
+
+
+# ------------------------------------------------------------------------------------ trainer (logs)
+def patch_ppo_trainer(module) -> None:
+    from harness.backends.openrlhf import bridge
+
+    cls = module.BasePPOTrainer
+    orig = cls.save_logs_and_checkpoints
+
+    def save_logs_and_checkpoints(self, global_step, logs_dict=None, client_states=None):
+        cfg = plugin_config()
+        if logs_dict:
+            row = bridge.to_harness_metrics(logs_dict, global_step, STATE.prev_entropy, time.time() - STATE.t0)
+            STATE.prev_entropy = row.get("entropy", STATE.prev_entropy)
+            bridge.append_metrics(cfg["run_dir"], row)
+        steps = int(cfg.get("steps", 0))
+        if steps and global_step >= steps:
+            if self.args.ckpt.save_steps != float("inf"):
+                self.args.ckpt.save_steps = 1  # checkpoint the last step too
+            # stop the fit loop: the next generate_samples call reports an exhausted loader
+            self.samples_generator.generate_samples = lambda *a, **k: ([], 0.0, 0, True)
+        return orig(self, global_step, logs_dict, client_states)
+
+    cls.save_logs_and_checkpoints = save_logs_and_checkpoints
+
+
+def describe() -> dict[str, Any]:
+    """What the plugin would do with the current config (for logs and tests)."""
+    m = method()
+    return {"method": m.name, "scope": getattr(m, "scope", None), "needs_entropy": m.needs_entropy}

@@ -1,0 +1,36 @@
+"""``train(config, run_dir)`` for the OpenRLHF backend: validate, then run the launch command as a subprocess.
+
+The subprocess is exactly what ``launch_command`` prints (``harness.backends.openrlhf.launch``), so a sweep's
+``launch.sh`` and ``harness train`` do the same thing; it writes metrics.jsonl, checkpoints/ and result.json.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from pathlib import Path
+
+from harness.backends.openrlhf.flags import build_plan
+from harness.backends.openrlhf.launch import require_openrlhf
+
+
+def command(plan, run_dir) -> list[str]:
+    return [plan.python, "-m", "harness.backends.openrlhf.launch", os.path.abspath(os.fspath(run_dir)), "--",
+            *plan.argv]
+
+
+def train(config, run_dir) -> dict:
+    """Run one OpenRLHF training run; returns the result.json payload. Errors before Ray for bad input."""
+    plan = build_plan(config, run_dir)   # config errors first, even where OpenRLHF is missing
+    require_openrlhf()
+    run_dir = Path(run_dir)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    env = {**os.environ, **plan.env}
+    with open(run_dir / "train.log", "ab") as log:
+        proc = subprocess.run(command(plan, run_dir), env=env, stdout=log, stderr=subprocess.STDOUT)
+    result_path = run_dir / "result.json"
+    result = json.loads(result_path.read_text()) if result_path.exists() else {"status": "failed"}
+    if proc.returncode != 0:
+        raise RuntimeError(f"OpenRLHF run failed (exit {proc.returncode}); see {run_dir / 'train.log'}")
+    return result

@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# Build the partial CPU OpenRLHF 0.11.2 environment used by the `openrlhf` test suite.
+#
+# Creates .venv-openrlhf/ (python3.11) with torch 2.13.0 (CPU), transformers 5.15.0, openrlhf 0.11.2
+# installed WITHOUT its GPU deps (flash-attn, vllm; they do not build on CPU), the light deps its trainer
+# modules import, a pure-Python deepspeed 0.19.6, and this project in editable mode. Idempotent: a stamp
+# file records the inputs; a rerun with unchanged inputs does nothing.
+# Usage: scripts/setup_openrlhf.sh [VENV_DIR]     (env: PYTHON=python3.11)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+VENV="${1:-.venv-openrlhf}"
+PYTHON="${PYTHON:-python3.11}"
+STAMP="$VENV/.openrlhf-installed"
+KEY="$(cat "$0" pyproject.toml constraints.txt | sha256sum | cut -c1-16)"
+
+if [[ -f "$STAMP" && "$(cat "$STAMP")" == "$KEY" ]]; then
+  echo "setup_openrlhf: $VENV is up to date"; exit 0
+fi
+command -v "$PYTHON" >/dev/null || { echo "setup_openrlhf: $PYTHON not found (OpenRLHF 0.11.2 ships cp310-cp312 wheels only)" >&2; exit 1; }
+test -x "$VENV/bin/python" || "$PYTHON" -m venv "$VENV"
+PIP=("$VENV/bin/python" -m pip install -q -c constraints.txt)
+"$VENV/bin/python" -m pip install -q --upgrade pip setuptools wheel
+"${PIP[@]}" torch==2.13.0
+"${PIP[@]}" --no-deps openrlhf==0.11.2
+# What openrlhf's trainer modules import at module level (reference note §16.2), minus flash-attn and vllm
+# (stubbed by harness.backends.openrlhf.cpu_stubs in the tests).
+"${PIP[@]}" transformers==5.15.0 ray==2.55.0 peft pylatexenc sympy aiohttp datasets torchdata pillow \
+  einops jsonlines tensorboard "pytest>=8" "pytest-timeout>=2.3"
+"${PIP[@]}" --no-build-isolation deepspeed==0.19.6
+"${PIP[@]}" -e ".[test]"
+# math grading for the reward function (the eval extra minus lm-eval, which the OpenRLHF suite does not need)
+"${PIP[@]}" "math-verify==0.9.0" "antlr4-python3-runtime==4.13.2" || echo "setup_openrlhf: math-verify not installed; math reward tests will fail with a clear error" >&2
+echo "$KEY" > "$STAMP"
+echo "setup_openrlhf: ready: $VENV"
