@@ -93,8 +93,6 @@ class TrainConfig:
     checkpoint_every: int = _opt(10, kind=int, min=0, help="steps between checkpoints; 0 = only at the end")
     threads: int = _opt(1, kind=int, min=1, help="torch CPU threads (fixed for reproducibility)")
     device: str = _opt("cpu", kind=str, help="torch device (cpu, cuda, cuda:0, auto)")
-    prm_lr: float = _opt(1e-3, kind=float, min=0.0, help="PRIME: implicit-PRM learning rate")
-    prm_grad_clip: float = _opt(10.0, kind=float, min=0.0, help="PRIME: implicit-PRM grad clip (official 10)")
 
 
 @dataclass

@@ -6,8 +6,9 @@ on the run seed (the split seed is fixed per task), and grades a response with a
 - ``arith``: ``37+48=`` -> ``85`` (options: ``digits`` 1-4, ``ops`` subset of ``+-*``). One right answer.
 - ``countdown``: ``3 5 7 to 22:`` -> any expression using each number exactly once with ``+ - *`` and
   parentheses that evaluates to the target (``3*5+7``). Several right answers, so there is entropy to keep.
-- a path to a ``.jsonl`` file of ``{"prompt", "answer"}``: graded by the math grader of ``evals`` when it is
-  installed, else by exact match after whitespace/``\\boxed{}`` normalisation.
+- a path to a ``.jsonl`` file of ``{"prompt", "answer"}``: a response holding ``\\boxed{}`` is graded by the
+  math grader of ``evals`` (math-verify) when installed; otherwise by exact match after whitespace
+  normalisation (the answer of a tiny model is usually a bare string).
 """
 
 from __future__ import annotations
@@ -172,15 +173,13 @@ def _normalise(s: str) -> str:
 
 
 def _math_grader():
-    """The evals math grader when that part is installed, else None (exact match is used)."""
+    """``evals.math_grader.grade_math`` (last \\boxed{} + math-verify) when installed, else None."""
     try:
-        from evals.graders import math as math_grader  # type: ignore
+        from evals.math_grader import grade_math
+        import math_verify  # noqa: F401  (the grader needs it)
     except Exception:
         return None
-    for fn in ("grade", "grade_answer", "is_correct"):
-        if callable(getattr(math_grader, fn, None)):
-            return getattr(math_grader, fn)
-    return None
+    return lambda response, gold: grade_math(response, gold).correct
 
 
 class JsonlTask(Task):
@@ -213,7 +212,7 @@ class JsonlTask(Task):
     def verify(self, response, problem):
         if not self._grader_loaded:
             self.grader, self._grader_loaded = _math_grader(), True
-        if self.grader is not None:
+        if self.grader is not None and "\\boxed" in response:
             try:
                 return 1.0 if self.grader(response, problem["answer"]) else 0.0
             except Exception:

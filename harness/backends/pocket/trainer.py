@@ -1,0 +1,482 @@
+"""The pocket RL loop: rollout -> verifier rewards -> method advantages -> several PPO mini-batch updates.
+
+One step (docs/pocket.md has the full picture):
+  1. ``prompts_per_step`` prompts x ``samples_per_prompt`` samples at ``train.temperature`` (KV cache).
+  2. Exact-verifier rewards. Optional DAPO dynamic filtering drops groups whose rewards are all equal and
+     draws more rollout batches (up to ``max_gen_batches``) to refill the step.
+  3. Eval-mode forward: old log-probs and the official entropy metric (T=1, token mean per response, then
+     mean over responses). PRIME: implicit-PRM and frozen-reference log-probs, PRM trained online.
+  4. ``method.advantages``; the batch is shuffled and split into ``updates_per_rollout`` mini-batches, each an
+     AdamW step (grad-norm clip) over micro-batches whose token-mean losses are weighted by their share of the
+     mini-batch's tokens (an exact token-mean; the official code weights by sequence count). Global-scope
+     covariance methods get one ``select_tokens`` plan per mini-batch.
+Every random draw comes from a generator seeded by (seed, step, purpose), so a resumed run replays exactly.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+import signal
+import threading
+import time
+from contextlib import contextmanager
+from pathlib import Path
+
+import torch
+
+from harness import ops
+from harness.config import RunConfig
+from harness.io import append_jsonl, atomic_save_torch, atomic_write_json, read_jsonl, write_jsonl
+from . import models
+from .generate import Batch, concat_batches, generate, token_logprobs
+from .tasks import make_task
+from .tokenizer import TokenizerAdapter, build_char_tokenizer
+
+CKPT = "checkpoints/latest.pt"
+# per-step random streams: (seed, step, purpose) -> independent generator
+PURPOSES = {"prompts": 1, "rollout": 2, "shuffle": 3, "method": 4, "eval": 5}
+_LOSS_KEYS = ("clipfrac", "ppo_kl", "ppo_kl_abs", "entropy/token_mean")
+
+
+def make_generator(seed: int, step: int, purpose: str, device="cpu") -> torch.Generator:
+    g = torch.Generator(device=device)
+    g.manual_seed((seed * 1_000_003 + step * 7919 + PURPOSES[purpose] * 104_729) % (2 ** 63))
+    return g
+
+
+class StopRequested(Exception):
+    """Ctrl-C / SIGTERM arrived; the loop stops at the next step boundary after a checkpoint."""
+
+
+@contextmanager
+def deferred_interrupts(flag: dict):
+    """Turn the first SIGINT/SIGTERM into a flag checked between steps (a second SIGINT aborts at once)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def handler(signum, frame):
+        if flag.get("stop"):
+            raise KeyboardInterrupt
+        flag["stop"] = signal.Signals(signum).name
+
+    old = {s: signal.signal(s, handler) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for s, h in old.items():
+            signal.signal(s, h)
+
+
+def summary_from_metrics(rows: list[dict]) -> dict:
+    """entropy/reward start and end: means over the first and last 10% of steps (at least one step)."""
+    rows = [r for r in rows if "step" in r]
+    if not rows:
+        return {}
+    n = max(1, len(rows) // 10)
+
+    def mean(key, part):
+        vals = [r[key] for r in part if isinstance(r.get(key), (int, float))]
+        return sum(vals) / len(vals) if vals else None
+
+    return {"entropy_start": mean("entropy", rows[:n]), "entropy_end": mean("entropy", rows[-n:]),
+            "reward_start": mean("reward/mean", rows[:n]), "reward_end": mean("reward/mean", rows[-n:])}
+
+
+class PocketTrainer:
+    def __init__(self, cfg: RunConfig, run_dir: str | Path, log=print):
+        self.cfg, self.run_dir, self.log = cfg, Path(run_dir), log
+        self.timing = {"rollout_s": 0.0, "score_s": 0.0, "update_s": 0.0, "eval_s": 0.0, "warm_start_s": 0.0}
+        self.prev_entropy = None
+        self.start_step = 0
+        self.stop = {}
+
+    # ------------------------------------------------------------------------------------ set-up
+    def setup(self) -> None:
+        import harness
+
+        cfg = self.cfg
+        torch.set_num_threads(cfg.train.threads)
+        torch.manual_seed(cfg.seed)
+        dev = cfg.train.device
+        if dev == "auto":
+            dev = "cuda" if torch.cuda.is_available() else "cpu"
+        self.device = torch.device(dev)
+        self.method = harness.get_method(cfg.method_name, **cfg.method_hparams)
+        self.task = make_task(cfg.task.name, cfg.task.test_size, cfg.task.options)
+        self.warm_info = None
+        if models.is_pocket(cfg.model.name):
+            self.tok = TokenizerAdapter(build_char_tokenizer())
+            self.model = models.build_pocket_model(cfg.model.name, len(self.tok), cfg.seed)
+            if cfg.model.warm_start.enabled != "false":
+                from .warmstart import load_or_train
+
+                t0 = time.time()
+                state, self.warm_info = load_or_train(cfg, self.tok, self.task, log=self.log)
+                self.timing["warm_start_s"] = time.time() - t0
+                self.model.load_state_dict(state)
+        else:
+            if cfg.model.warm_start.enabled == "true":
+                raise ValueError("model.warm_start.enabled: true only applies to pocket sizes; "
+                                 f"{cfg.model.name!r} is a pretrained checkpoint (use auto or false)")
+            model, hf_tok = models.load_hf(cfg.model.name, cfg.model.dtype)
+            self.model, self.tok = model, TokenizerAdapter(hf_tok)
+        self.model.to(self.device)
+        self.model.config.use_cache = True
+        self.opt = torch.optim.AdamW(self.model.parameters(), lr=cfg.train.lr, betas=(0.9, 0.999),
+                                     weight_decay=cfg.train.weight_decay)
+        self.prime = self.method.advantage == "prime"
+        if self.prime:
+            if cfg.train.samples_per_prompt < 2:
+                raise ValueError("train.samples_per_prompt: PRIME's leave-one-out baseline needs at least 2")
+            # implicit PRM and frozen reference both start from the (warm-started) policy, as in PRIME
+            self.prm = copy.deepcopy(self.model)
+            self.ref = copy.deepcopy(self.model).eval()
+            for p in self.ref.parameters():
+                p.requires_grad_(False)
+            self.prm_opt = torch.optim.AdamW(self.prm.parameters(), lr=getattr(self.method, "prm_lr", 1e-6), weight_decay=0.0)
+        self.sinks = _make_sinks(cfg, self.run_dir)
+
+    # ------------------------------------------------------------------------------------ checkpoints
+    def save_checkpoint(self, step: int) -> None:
+        blob = {"step": step, "model": self.model.state_dict(), "opt": self.opt.state_dict(),
+                "prev_entropy": self.prev_entropy, "timing": self.timing, "run_id": self.cfg.run_id()}
+        if self.prime:
+            blob.update(prm=self.prm.state_dict(), prm_opt=self.prm_opt.state_dict())
+        atomic_save_torch(self.run_dir / CKPT, blob)
+
+    def maybe_resume(self) -> None:
+        path = self.run_dir / CKPT
+        if not path.exists():
+            return
+        blob = torch.load(path, map_location=self.device, weights_only=False)
+        self.model.load_state_dict(blob["model"])
+        self.opt.load_state_dict(blob["opt"])
+        if self.prime:
+            self.prm.load_state_dict(blob["prm"])
+            self.prm_opt.load_state_dict(blob["prm_opt"])
+        self.start_step = int(blob["step"])
+        self.prev_entropy = blob["prev_entropy"]
+        self.timing.update(blob.get("timing", {}))
+        # steps logged after the checkpoint are replayed: keep metrics.jsonl consistent with the weights
+        mpath = self.run_dir / "metrics.jsonl"
+        rows = read_jsonl(mpath)
+        kept = [r for r in rows if r.get("step", 0) <= self.start_step]
+        if len(kept) != len(rows):
+            write_jsonl(mpath, kept)
+        self.log(f"resumed from {path} at step {self.start_step}")
+
+    # ------------------------------------------------------------------------------------ rollout
+    def _generate(self, problems, n, temperature, generator, greedy=False, top_p=1.0, max_new_tokens=None):
+        prompts = [self.tok.encode_prompt(p["prompt"]) for p in problems for _ in range(n)]
+        return generate(self.model, prompts, max_new_tokens=max_new_tokens or self.cfg.train.max_new_tokens,
+                        eos_id=self.tok.eos_id, pad_id=self.tok.pad_id, temperature=temperature, top_p=top_p,
+                        greedy=greedy, generator=generator, chunk_size=512)
+
+    def _score(self, batch: Batch, problems, n) -> torch.Tensor:
+        texts = [self.tok.decode(r[m.bool()].tolist()) for r, m in zip(batch.responses.cpu(), batch.mask.cpu())]
+        return torch.tensor([self.task.verify(t, problems[i // n]) for i, t in enumerate(texts)], dtype=torch.float32)
+
+    def rollout(self, step: int) -> dict:
+        cfg = self.cfg.train
+        n, want = cfg.samples_per_prompt, cfg.prompts_per_step
+        gp = make_generator(self.cfg.seed, step, "prompts")
+        gs = make_generator(self.cfg.seed, step, "rollout", self.device)
+        kept_batches, kept_scores, kept_groups, all_scores = [], [], 0, []
+        for _ in range(cfg.max_gen_batches if cfg.dynamic_filtering else 1):
+            idx = torch.randint(len(self.task.train), (want,), generator=gp).tolist()
+            problems = [self.task.train[i] for i in idx]
+            t0 = time.time()
+            batch = self._generate(problems, n, cfg.temperature, gs)
+            t1 = time.time()
+            scores = self._score(batch, problems, n)
+            self.timing["rollout_s"] += t1 - t0
+            self.timing["score_s"] += time.time() - t1
+            all_scores.append(scores)
+            groups = scores.view(want, n)
+            keep = torch.ones(want, dtype=torch.bool)
+            if cfg.dynamic_filtering:
+                keep = groups.max(1).values != groups.min(1).values
+                keep &= torch.cumsum(keep.long(), 0) <= want - kept_groups  # never more than the step needs
+            rows = keep.repeat_interleave(n).nonzero().squeeze(-1)
+            if len(rows):
+                kept_batches.append(batch.index(rows.to(batch.input_ids.device)))
+                kept_scores.append(scores[rows])
+                kept_groups += int(keep.sum())
+            if kept_groups >= want:
+                break
+        gen_scores = torch.cat(all_scores)
+        out = {"reward/mean": float(gen_scores.mean()), "rollout/batches": len(all_scores),
+               "rollout/kept_groups": kept_groups}
+        if cfg.dynamic_filtering:
+            out["filter/kept_frac"] = kept_groups / (want * len(all_scores))
+        if not kept_batches:
+            return {"metrics": out, "batch": None}
+        batch = concat_batches(kept_batches, self.tok.pad_id).to(self.device)
+        scores = torch.cat(kept_scores)
+        group_ids = torch.arange(kept_groups).repeat_interleave(n)
+        out["reward/train_batch"] = float(scores.mean())
+        return {"metrics": out, "batch": batch, "scores": scores, "group_ids": group_ids}
+
+    # ------------------------------------------------------------------------------------ one step
+    def _logprobs_chunked(self, model, batch: Batch, temperature: float, with_entropy: bool, grad: bool = False):
+        mb = self.cfg.train.micro_batch_size
+        lps, ents = [], []
+        with torch.set_grad_enabled(grad):
+            for s in range(0, batch.input_ids.shape[0], mb):
+                lp, ent = token_logprobs(model, batch.index(slice(s, s + mb)), temperature, with_entropy)
+                lps.append(lp)
+                ents.append(ent)
+        return torch.cat(lps), (torch.cat(ents) if with_entropy else None)
+
+    def _prm_update(self, batch: Batch, ref_lp, scores) -> float:
+        from baselines.prime import prm_loss
+
+        self.prm.train()
+        self.prm_opt.zero_grad(set_to_none=True)
+        mb, B, total = self.cfg.train.micro_batch_size, batch.input_ids.shape[0], 0.0
+        for s in range(0, B, mb):
+            sl = slice(s, s + mb)
+            sub = batch.index(sl)
+            lp, _ = token_logprobs(self.prm, sub, self.cfg.train.temperature)
+            loss = prm_loss(lp, ref_lp[sl], sub.mask, scores[sl].to(lp.device), beta=self.method.prm_beta)
+            (loss * sub.input_ids.shape[0] / B).backward()
+            total += float(loss) * sub.input_ids.shape[0] / B
+        clip = getattr(self.method, "prm_grad_clip", 10.0)
+        torch.nn.utils.clip_grad_norm_(self.prm.parameters(), clip if clip > 0 else float("inf"))
+        self.prm_opt.step()
+        return total
+
+    def train_step(self, step: int) -> dict:
+        cfg, m = self.cfg.train, self.method
+        ro = self.rollout(step)
+        metrics = dict(ro["metrics"])
+        batch = ro["batch"]
+        t0 = time.time()
+        metrics["lr"] = self.opt.param_groups[0]["lr"]
+        if batch is None:  # every group filtered out: nothing to learn from this step
+            metrics["update/skipped"] = 1
+            self.timing["update_s"] += time.time() - t0
+            return metrics
+        mask = batch.mask
+        self.model.eval()
+        # official entropy metric: eval mode, T=1, token-mean per response, then mean over responses
+        with torch.no_grad():
+            old_lp, ent = self._logprobs_chunked(self.model, batch, 1.0, True)
+            if cfg.temperature != 1.0:
+                old_lp, _ = self._logprobs_chunked(self.model, batch, cfg.temperature, False)
+        per_resp = ops.masked_mean(ent, mask, dim=-1)
+        metrics["entropy"] = float(per_resp.mean())
+        if self.prev_entropy is not None:
+            metrics["entropy/delta"] = metrics["entropy"] - self.prev_entropy
+        self.prev_entropy = metrics["entropy"]
+        metrics["response/length"] = float(mask.sum(-1).mean())
+        extras = {}
+        if self.prime:
+            with torch.no_grad():
+                ref_lp, _ = self._logprobs_chunked(self.ref, batch, cfg.temperature, False)
+            scores_dev = ro["scores"]
+            if getattr(m, "prm_update", "before") == "before":
+                metrics["prm/loss"] = self._prm_update(batch, ref_lp, scores_dev)
+            self.prm.eval()
+            with torch.no_grad():
+                prm_lp, _ = self._logprobs_chunked(self.prm, batch, cfg.temperature, False)
+            if getattr(m, "prm_update", "before") == "after":
+                metrics["prm/loss"] = self._prm_update(batch, ref_lp, scores_dev)
+            extras = {"prm_log_probs": prm_lp.cpu(), "ref_log_probs": ref_lp.cpu()}
+        adv = m.advantages(ro["scores"], ro["group_ids"], mask.cpu(), **extras).to(self.device)
+        # batch covariance term over the rollout (old = current policy at the start of the step)
+        valid = mask.bool()
+        cov = ops.token_covariance(adv, old_lp, mask)
+        metrics["cov/term"] = float(cov[valid].mean())
+        metrics.update(ops.covariance_groups(cov[valid].cpu()))
+        metrics.update(self._update(step, batch, old_lp, adv))
+        self.timing["update_s"] += time.time() - t0
+        return metrics
+
+    def _update(self, step: int, batch: Batch, old_lp, adv) -> dict:
+        cfg, m = self.cfg.train, self.method
+        B = batch.input_ids.shape[0]
+        g_shuffle = make_generator(self.cfg.seed, step, "shuffle")
+        g_method = make_generator(self.cfg.seed, step, "method")
+        perm = torch.randperm(B, generator=g_shuffle).to(self.device)
+        use_plan = getattr(m, "scope", None) == "global"
+        sums, tokens_total, sel_count, grad_norms, skipped = {}, 0.0, 0.0, [], 0
+        self.model.train()
+        for mini_rows in torch.tensor_split(perm, cfg.updates_per_rollout):
+            if len(mini_rows) == 0:
+                continue
+            mini = batch.index(mini_rows)
+            mini_old, mini_adv = old_lp[mini_rows], adv[mini_rows]
+            mini_tokens = float(mini.mask.sum())
+            plan = None
+            if use_plan:
+                cur, _ = self._logprobs_chunked(self.model, mini, cfg.temperature, False)
+                plan = m.select_tokens(cur, mini_old, mini_adv, mini.mask, generator=g_method)
+            self.opt.zero_grad(set_to_none=True)
+            for s in range(0, len(mini_rows), cfg.micro_batch_size):
+                sl = slice(s, s + cfg.micro_batch_size)
+                micro = mini.index(sl)
+                lp, ent = token_logprobs(self.model, micro, cfg.temperature, with_entropy=m.needs_entropy)
+                out = m.policy_loss(lp, mini_old[sl], mini_adv[sl], micro.mask, entropy=ent, step=step,
+                                    generator=g_method, selected=plan[sl] if plan is not None else None)
+                n_tok = float(micro.mask.sum())
+                (out.loss * (n_tok / max(mini_tokens, 1.0))).backward()
+                tokens_total += n_tok
+                sel_count += out.metrics.get("selected/count", 0.0)
+                for k in _LOSS_KEYS:
+                    if k in out.metrics:
+                        sums[k] = sums.get(k, 0.0) + out.metrics[k] * n_tok
+            clip = cfg.grad_clip if cfg.grad_clip > 0 else float("inf")
+            gn = float(torch.nn.utils.clip_grad_norm_(self.model.parameters(), clip))
+            grad_norms.append(gn)
+            if math.isfinite(gn):
+                self.opt.step()
+            else:  # official trainer skips an update whose grad norm is not finite
+                skipped += 1
+                self.opt.zero_grad(set_to_none=True)
+        out = {k: v / max(tokens_total, 1.0) for k, v in sums.items()}
+        out["selected/count"] = sel_count
+        out["selected/frac"] = sel_count / max(tokens_total, 1.0)
+        out["grad_norm"] = sum(grad_norms) / max(len(grad_norms), 1)
+        if skipped:
+            out["update/nonfinite_skipped"] = skipped
+        return out
+
+    # ------------------------------------------------------------------------------------ evaluation
+    @torch.no_grad()
+    def evaluate(self, step: int) -> dict:
+        from evals.metrics import summarize
+
+        ec, cfg = self.cfg.eval, self.cfg
+        t0 = time.time()
+        problems = self.task.test[: ec.max_problems] if ec.max_problems else self.task.test
+        k = ec.n_samples
+        max_new = ec.max_new_tokens or cfg.train.max_new_tokens
+        g = make_generator(cfg.seed, step, "eval", self.device)
+        b = self._generate(problems, k, ec.temperature, g, top_p=ec.top_p, max_new_tokens=max_new,
+                           greedy=ec.temperature == 0)
+        sc = self._score(b, problems, k).view(len(problems), k)
+        metrics = summarize([{"correct": [bool(x) for x in row]} for row in sc.tolist()], k=k)
+        if ec.greedy:
+            bg = self._generate(problems, 1, 1.0, None, greedy=True, max_new_tokens=max_new)
+            metrics["greedy"] = float(self._score(bg, problems, 1).mean())
+        suite = Path(cfg.task.name).stem
+        result = {"suite": suite, "n_problems": len(problems), "n_samples": k, "temperature": ec.temperature,
+                  "top_p": ec.top_p, "max_tokens": max_new, "metrics": metrics, "primary": f"avg@{k}"}
+        doc = {"step": step, "suites": {suite: result}}
+        atomic_write_json(self.run_dir / "eval" / f"step_{step}.json", doc)
+        self.timing["eval_s"] += time.time() - t0
+        return doc
+
+    # ------------------------------------------------------------------------------------ main loop
+    def run(self) -> dict:
+        from tqdm.auto import tqdm
+
+        cfg = self.cfg
+        self.setup()
+        self.maybe_resume()
+        t_start = time.time()
+        metrics_path = self.run_dir / "metrics.jsonl"
+        steps, ev_every, ck_every = cfg.train.steps, cfg.eval.every, cfg.train.checkpoint_every
+        last_eval = None
+        if self.start_step == 0 and ev_every > 0:
+            last_eval = self.evaluate(0)
+        bar = tqdm(total=steps, initial=self.start_step, desc=f"{cfg.method_name}/{cfg.model.name}", leave=False,
+                   disable=not cfg.logging.progress, mininterval=0.5, dynamic_ncols=True)
+        step = self.start_step
+        try:
+            with deferred_interrupts(self.stop):
+                while step < steps:
+                    if self.stop:
+                        raise StopRequested(self.stop["stop"])
+                    t0, before = time.time(), dict(self.timing)
+                    row = {"step": step + 1}
+                    row.update(self.train_step(step + 1))
+                    step += 1
+                    for key in ("rollout", "score", "update"):
+                        row[f"time/{key}"] = round(self.timing[f"{key}_s"] - before[f"{key}_s"], 4)
+                    row["time/step"] = time.time() - t0
+                    row["time/wall"] = time.time() - t_start
+                    if (ev_every > 0 and step % ev_every == 0) or step == steps:
+                        last_eval = self.evaluate(step)
+                        for suite, res in last_eval["suites"].items():
+                            for mk, mv in res["metrics"].items():
+                                row[f"eval/{suite}/{mk}"] = mv
+                    append_jsonl(metrics_path, row)
+                    for sink in self.sinks:
+                        sink.log(row, step)
+                    if (ck_every > 0 and step % ck_every == 0) or step == steps:
+                        self.save_checkpoint(step)
+                    bar.update(1)
+                    bar.set_postfix(reward=f"{row.get('reward/mean', float('nan')):.2f}",
+                                    H=f"{row.get('entropy', float('nan')):.3f}", refresh=False)
+        except StopRequested as e:  # first Ctrl-C / SIGTERM: stopped cleanly between steps
+            self.save_checkpoint(step)
+            self.log(f"interrupted ({e}) after step {step}; checkpoint saved to {self.run_dir / CKPT}. "
+                     f"Run the same command again to resume.")
+            raise KeyboardInterrupt from None
+        except KeyboardInterrupt:  # second Ctrl-C mid-step: the weights are half-updated, keep the last checkpoint
+            self.log(f"aborted during step {step + 1}; resume restarts from the last checkpoint")
+            raise
+        finally:
+            bar.close()
+            for sink in self.sinks:
+                sink.close()
+        rows = read_jsonl(metrics_path)
+        if last_eval is None or last_eval["step"] != step:
+            last_eval = self.evaluate(step)
+        self.log(self.timing_line(step))
+        return {
+            "method": cfg.method_name, "advantage": self.method.advantage, "method_config": self.method.to_config(),
+            "model": cfg.model.name, "model_params": models.n_params(self.model), "task": Path(cfg.task.name).stem,
+            "seed": cfg.seed, "steps": step, "summary": summary_from_metrics(rows), "eval": last_eval,
+            "timing": {k: round(v, 3) for k, v in self.timing.items()}, "warm_start": self.warm_info,
+        }
+
+    def timing_line(self, step: int) -> str:
+        t = self.timing
+        return (f"timing over {step} steps: rollout {t['rollout_s']:.1f}s, scoring {t['score_s']:.1f}s, "
+                f"update {t['update_s']:.1f}s, eval {t['eval_s']:.1f}s, warm start {t['warm_start_s']:.1f}s")
+
+
+# ---------------------------------------------------------------------------------------------- sinks
+class _TensorBoard:
+    def __init__(self, run_dir: Path):
+        from torch.utils.tensorboard import SummaryWriter
+
+        self.w = SummaryWriter(log_dir=str(run_dir / "tensorboard"))
+
+    def log(self, row: dict, step: int):
+        for k, v in row.items():
+            if k != "step" and isinstance(v, (int, float)) and not isinstance(v, bool):
+                self.w.add_scalar(k, v, step)
+
+    def close(self):
+        self.w.flush()
+        self.w.close()
+
+
+class _WandB:
+    def __init__(self, cfg: RunConfig, run_dir: Path):
+        import wandb
+
+        self.wandb = wandb
+        self.run = wandb.init(project=cfg.logging.wandb_project, mode=cfg.logging.wandb_mode, dir=str(run_dir),
+                              name=cfg.name or cfg.run_id(), id=cfg.run_id(), resume="allow", config=cfg.to_dict())
+
+    def log(self, row: dict, step: int):
+        self.run.log({k: v for k, v in row.items() if k != "step"}, step=step)
+
+    def close(self):
+        self.run.finish()
+
+
+def _make_sinks(cfg: RunConfig, run_dir: Path) -> list:
+    sinks = []
+    if cfg.logging.tensorboard:
+        sinks.append(_TensorBoard(run_dir))
+    if cfg.logging.wandb:
+        sinks.append(_WandB(cfg, run_dir))
+    return sinks

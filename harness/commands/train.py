@@ -1,0 +1,49 @@
+"""``harness train CONFIG.yaml [key=value ...] [--run-dir DIR] [--force] [--dry-run]``: one run."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+
+def default_run_dir(cfg) -> Path:
+    label = cfg.name or f"{cfg.method_name}-{Path(cfg.model.name).name}-{Path(cfg.task.name).stem}-s{cfg.seed}"
+    return Path("runs") / f"{label}-{cfg.run_id()[:6]}"
+
+
+def handle(args) -> int:
+    from harness.config import load_config
+    from harness.runner import run
+
+    cfg = load_config(args.config, overrides=args.overrides)  # validates everything before any work
+    run_dir = Path(args.run_dir) if args.run_dir else default_run_dir(cfg)
+    if args.dry_run:
+        from harness.backends import BACKENDS
+
+        print(cfg.to_yaml(), end="")
+        print(f"# run id {cfg.run_id()} -> {run_dir}")
+        print(BACKENDS.get(cfg.backend)().launch_command(cfg, run_dir))
+        return 0
+    result = run(cfg, run_dir, force=args.force)
+    if result.get("status") != "completed":
+        return 1
+    summary = {k: result.get(k) for k in ("run_id", "status", "method", "model", "steps", "wall_time_s")}
+    summary.update(result.get("summary", {}))
+    for suite, res in (result.get("eval") or {}).get("suites", {}).items():
+        summary[f"eval/{suite}"] = res.get("metrics")
+    print(json.dumps(summary, indent=1, default=str))
+    print(f"run directory: {run_dir}", file=sys.stderr)
+    return 0
+
+
+def register(sub) -> None:
+    p = sub.add_parser("train", help="train one run from a run config (YAML)",
+                       description="Train one run into a run directory: config.yaml, metrics.jsonl, eval/, "
+                                   "checkpoints/, result.json (written last). A rerun resumes from the checkpoint.")
+    p.add_argument("config", help="run config YAML (see docs/pocket.md)")
+    p.add_argument("overrides", nargs="*", metavar="key=value", help="override config keys, e.g. train.steps=5 method.name=kl_cov")
+    p.add_argument("--run-dir", help="run directory (default: runs/<method>-<model>-<task>-s<seed>-<id>)")
+    p.add_argument("--force", action="store_true", help="replace a run dir holding a different config (old files moved to replaced/)")
+    p.add_argument("--dry-run", action="store_true", help="validate and print the resolved config and launch command; run nothing")
+    p.set_defaults(func=handle)

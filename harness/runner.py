@@ -1,0 +1,128 @@
+"""Run one training run into a run directory (docs/contracts.md §2, §5).
+
+``run(config, run_dir, force=False)``:
+- writes the resolved ``config.yaml`` (its hash is the run id);
+- refuses a run directory that holds a *different* config unless ``force``; with ``force`` the old files are
+  moved to ``replaced/<old run id>-<time>/`` (never deleted);
+- a directory whose ``result.json`` says ``completed`` for the same config is returned as is (``force`` reruns);
+- otherwise trains through the backend registry, which resumes from ``checkpoints/`` when present;
+- writes ``result.json`` last and atomically. A crash writes it with ``status: failed`` and the error (a rerun
+  moves that file aside and resumes); Ctrl-C writes no result (the checkpoint is the state, rerun resumes).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+import traceback
+from pathlib import Path
+
+import yaml
+
+from harness.config import RunConfig, config_hash, diff_configs, load_config
+from harness.io import atomic_write_json, atomic_write_text
+
+SCHEMA_VERSION = 1
+RUN_FILES = ("config.yaml", "metrics.jsonl", "eval", "checkpoints", "result.json", "train.log", "tensorboard", "wandb")
+
+
+class RunLog:
+    """Prints a line and appends it to ``train.log``."""
+
+    def __init__(self, run_dir: Path, quiet: bool = False):
+        self.path, self.quiet = run_dir / "train.log", quiet
+
+    def __call__(self, msg: str) -> None:
+        if not self.quiet:
+            print(msg, file=sys.stderr, flush=True)
+        with open(self.path, "a") as f:
+            f.write(f"{time.strftime('%Y-%m-%d %H:%M:%S')} {msg}\n")
+
+
+def _archive(run_dir: Path, old_id: str) -> Path | None:
+    present = [run_dir / n for n in RUN_FILES if (run_dir / n).exists()]
+    if not present:
+        return None
+    dest = run_dir / "replaced" / f"{old_id}-{time.strftime('%Y%m%d-%H%M%S')}"
+    dest.mkdir(parents=True, exist_ok=True)
+    for p in present:
+        os.replace(p, dest / p.name)
+    return dest
+
+
+def read_result(run_dir: str | os.PathLike) -> dict | None:
+    import json
+
+    p = Path(run_dir) / "result.json"
+    if not p.exists():
+        return None
+    try:
+        return json.loads(p.read_text())
+    except json.JSONDecodeError:
+        return None
+
+
+def prepare_run_dir(cfg: RunConfig, run_dir: Path, force: bool = False, log=print) -> str:
+    """Check/claim ``run_dir`` for ``cfg``. Returns 'done' (same config already completed) or 'go'."""
+    run_dir.mkdir(parents=True, exist_ok=True)
+    cfg_path = run_dir / "config.yaml"
+    new_id = cfg.run_id()
+    if cfg_path.exists():
+        try:
+            old = yaml.safe_load(cfg_path.read_text()) or {}
+        except yaml.YAMLError:
+            old = {"<unreadable config.yaml>": True}
+        old_id = config_hash(old)
+        if old_id != new_id:
+            if not force:
+                diffs = diff_configs(old, cfg.to_dict())
+                shown = "; ".join(diffs[:6]) + (f"; ... ({len(diffs)} differences)" if len(diffs) > 6 else "")
+                raise ValueError(f"run directory {run_dir} holds a different config (run {old_id}, this is {new_id}): "
+                                 f"{shown}. Use another --run-dir, or --force to move the old run to {run_dir}/replaced/")
+            dest = _archive(run_dir, old_id)
+            log(f"--force: moved the previous run ({old_id}) to {dest}")
+        else:
+            res = read_result(run_dir)
+            if res and res.get("status") == "completed":
+                if not force:
+                    return "done"
+                dest = _archive(run_dir, old_id)
+                log(f"--force: moved the completed run to {dest}; training again from scratch")
+            elif res:  # a failed attempt: keep its result aside and resume
+                os.replace(run_dir / "result.json", run_dir / f"result.{res.get('status', 'old')}-{time.strftime('%Y%m%d-%H%M%S')}.json")
+    atomic_write_text(cfg_path, cfg.to_yaml())
+    return "go"
+
+
+def run(config, run_dir: str | os.PathLike, force: bool = False, quiet: bool = False) -> dict:
+    """Train one run (resuming when possible) and return its result.json content."""
+    from harness.backends import BACKENDS
+
+    cfg = config if isinstance(config, RunConfig) else load_config(config)
+    run_dir = Path(run_dir)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    log = RunLog(run_dir, quiet=quiet)
+    if prepare_run_dir(cfg, run_dir, force, log) == "done":
+        log(f"{run_dir}: already completed (run {cfg.run_id()}); --force to train again")
+        return read_result(run_dir)
+    backend = BACKENDS.get(cfg.backend)()
+    t0 = time.time()
+    head = {"schema_version": SCHEMA_VERSION, "run_id": cfg.run_id(), "backend": cfg.backend, "name": cfg.name}
+    log(f"run {cfg.run_id()}: {cfg.method_name} on {cfg.model.name} / {cfg.task.name}, seed {cfg.seed} -> {run_dir}")
+    try:
+        fields = backend.train(cfg, run_dir, log=log)
+    except KeyboardInterrupt:
+        raise
+    except Exception as e:
+        failed = dict(head, status="failed", method=cfg.method_name, model=cfg.model.name, seed=cfg.seed,
+                      error=f"{type(e).__name__}: {e}", traceback=traceback.format_exc()[-4000:],
+                      wall_time_s=round(time.time() - t0, 2))
+        atomic_write_json(run_dir / "result.json", failed)
+        raise
+    result = dict(head, status="completed", **fields, wall_time_s=round(time.time() - t0, 2))
+    atomic_write_json(run_dir / "result.json", result)
+    s = result.get("summary", {})
+    log(f"done: entropy {s.get('entropy_start')} -> {s.get('entropy_end')}, reward {s.get('reward_start')} -> "
+        f"{s.get('reward_end')}; {run_dir / 'result.json'}")
+    return result
