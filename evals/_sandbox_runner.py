@@ -56,8 +56,9 @@ def run_script(job):
 def _capture_exec(code, stdin_text, cap):
     real_in, real_out = sys.stdin, sys.stdout
     out_buf = io.BytesIO()
-    sys.stdin = io.TextIOWrapper(io.BytesIO(stdin_text.encode()), encoding="utf-8")
-    sys.stdout = io.TextIOWrapper(out_buf, encoding="utf-8", write_through=True)
+    fake_in = io.TextIOWrapper(io.BytesIO(stdin_text.encode()), encoding="utf-8")
+    fake_out = io.TextIOWrapper(out_buf, encoding="utf-8", write_through=True)
+    sys.stdin, sys.stdout = fake_in, fake_out
     err = None
     try:
         exec(code, {"__name__": "__main__", "__file__": "prog.py", "__builtins__": __builtins__})
@@ -69,12 +70,12 @@ def _capture_exec(code, stdin_text, cap):
     except BaseException as e:  # noqa: BLE001
         err = _short_error(e)
     finally:
-        try:
-            sys.stdout.flush()
-        except Exception:
-            pass
         sys.stdin, sys.stdout = real_in, real_out
-    data = out_buf.getvalue()
+    try:
+        fake_out.flush()
+    except Exception:  # noqa: BLE001 - the program may have closed it
+        pass
+    data = out_buf.getvalue() if not out_buf.closed else b""
     return data[:cap].decode("utf-8", "replace"), err, len(data) > cap
 
 

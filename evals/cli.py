@@ -1,0 +1,182 @@
+"""``harness eval`` (generate + grade + metrics on suites) and ``harness grade`` (re-grade saved generations)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from pathlib import Path
+
+MATH_FIELDS = ("id", "response", "answer")
+CODE_HINT = "HumanEval-shaped code lines need id, prompt, response, test, entry_point (MBPP: test_list; " \
+            "LiveCodeBench: tests; KodCode: format=kodcode + test)"
+
+
+def register(sub) -> None:
+    p = sub.add_parser("eval", help="evaluate a model on benchmark suites (generate, grade, avg@k/pass@k)",
+                       description="Evaluate a model on suites. Generations are appended to "
+                                   "OUT/<suite>.generations.jsonl as they come; rerunning continues there.")
+    p.add_argument("--model", help="local HF model dir, hub id, or path/to/model.gguf")
+    p.add_argument("--suites", help="comma-separated suite names (see --list-suites)")
+    p.add_argument("--list-suites", action="store_true", help="print the suites with their protocols and exit")
+    p.add_argument("--engine", default="hf", help="hf (CPU/GPU, default) or vllm (GPU)")
+    p.add_argument("--n", type=int, help="samples per problem (default: the suite's; AIME/AMC 32, else 1)")
+    p.add_argument("--temperature", type=float)
+    p.add_argument("--top-p", type=float)
+    p.add_argument("--max-tokens", type=int, help="max new tokens (default 8192)")
+    p.add_argument("--data-dir", help="directory with <suite>.jsonl/.jsonl.gz/.json/.parquet (overrides the hub)")
+    p.add_argument("--fixtures", action="store_true", help="use the tiny shipped fixture subsets (tests/demos)")
+    p.add_argument("--limit", type=int, help="first N problems of each suite")
+    p.add_argument("--template", help="prompt template name (boxed, prime_math, raw, code_function, ...)")
+    p.add_argument("--out", help="output directory (default evals_out/<model name>)")
+    p.add_argument("--batch-size", type=int, default=8, help="hf engine batch size")
+    p.add_argument("--device", help="hf engine device (default cuda if available else cpu)")
+    chat = p.add_mutually_exclusive_group()
+    chat.add_argument("--chat", dest="chat", action="store_true", default=None, help="force the chat template")
+    chat.add_argument("--no-chat", dest="chat", action="store_false", help="raw prompts, no chat template")
+    p.add_argument("--tensor-parallel-size", type=int, help="vllm engine")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--workers", type=int, help="grading processes/threads (default: CPU count)")
+    p.add_argument("--sandbox-python", help="interpreter for code (default /usr/bin/python3)")
+    p.set_defaults(func=cmd_eval)
+
+    g = sub.add_parser("grade", help="re-grade saved generations (math or code JSONL)",
+                       description="Re-grade a JSONL file. Math line: {id, response, answer}. " + CODE_HINT +
+                                   ". Writes each line plus correct (and status/detail for code).")
+    g.add_argument("--input", required=True)
+    g.add_argument("--output", required=True)
+    g.add_argument("--kind", choices=["auto", "math", "code"], default="auto")
+    g.add_argument("--workers", type=int)
+    g.add_argument("--timeout", type=float, default=10.0, help="math: seconds per item; code: wall seconds")
+    g.add_argument("--sandbox-python")
+    g.set_defaults(func=cmd_grade)
+
+
+def _print_suites() -> int:
+    from .suites import SUITES, list_suites
+
+    for name in list_suites():
+        s = SUITES.get(name)
+        pr = s.protocol
+        print(f"{name:16s} {s.kind:6s} n={pr.n_samples:<3d} T={pr.temperature:<4g} top_p={pr.top_p:<4g} "
+              f"max_tokens={pr.max_tokens:<5d} {s.hf_id}  {s.note}")
+    return 0
+
+
+def cmd_eval(args) -> int:
+    if args.list_suites:
+        return _print_suites()
+    if not args.model or not args.suites:
+        raise ValueError("harness eval needs --model and --suites (or --list-suites)")
+    from .engines import make_engine
+    from .evaluate import evaluate
+    from .suites import resolve_suites
+
+    suites = resolve_suites(args.suites)
+    for s in suites:  # validate protocol overrides before loading a model
+        s.protocol.with_overrides(n_samples=args.n, temperature=args.temperature, top_p=args.top_p,
+                                  max_tokens=args.max_tokens)
+    sandbox = None
+    if any(s.kind == "code" for s in suites):
+        sandbox = _make_sandbox(args.sandbox_python, args.workers, None)
+    kw = {"chat": args.chat}
+    if args.engine == "hf":
+        kw.update(batch_size=args.batch_size, device=args.device)
+    elif args.engine == "vllm":
+        kw.update(tensor_parallel_size=args.tensor_parallel_size, seed=args.seed)
+    engine = make_engine(args.engine, args.model, **kw)
+    out = args.out or os.path.join("evals_out", Path(args.model.rstrip("/")).name)
+    try:
+        summary = evaluate(engine, suites, out, n=args.n, temperature=args.temperature, top_p=args.top_p,
+                           max_tokens=args.max_tokens, data_dir=args.data_dir, fixtures=args.fixtures,
+                           limit=args.limit, template=args.template, seed=args.seed, workers=args.workers,
+                           sandbox=sandbox)
+    finally:
+        if sandbox is not None:
+            sandbox.close()
+    for name in [s.name for s in suites]:
+        r = summary["suites"][name]
+        m = r["metrics"]
+        extra = "  ".join(f"{k}={v:.4f}" for k, v in m.items() if not k.endswith("_stderr") and k != r["primary"])
+        print(f"{name:16s} {r['primary']}={m[r['primary']]:.4f} ± {m.get(r['primary'] + '_stderr', 0):.4f}  "
+              f"(n_problems={r['n_problems']}, n={r['n_samples']}, T={r['temperature']:g}, top_p={r['top_p']:g}, "
+              f"max_tokens={r['max_tokens']})  {extra}")
+    print(f"results: {Path(out) / 'results.json'}")
+    return 0
+
+
+def _make_sandbox(python, workers, wall):
+    from .sandbox import Limits, Sandbox
+
+    lim = Limits(wall_s=wall, cpu_s=int(wall)) if wall else None
+    sb = Sandbox(python=python, workers=workers, limits=lim)
+    print(sb.describe(), file=sys.stderr)
+    return sb
+
+
+def _kind_of(row: dict) -> str:
+    if any(k in row for k in ("test", "test_list", "tests", "entry_point", "input_output")):
+        return "code"
+    return "math"
+
+
+def cmd_grade(args) -> int:
+    from .evaluate import atomic_write_jsonl, grade_items
+
+    src, dst = Path(args.input), Path(args.output)
+    if not src.exists():
+        raise FileNotFoundError(f"input file {src} does not exist")
+    if dst.resolve() == src.resolve():
+        raise ValueError("--output must differ from --input (the input is never overwritten)")
+    rows, kinds = [], []
+    for ln, line in enumerate(src.read_text().splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except ValueError as e:
+            raise ValueError(f"{src}:{ln}: not valid JSON ({e})") from None
+        if not isinstance(row, dict):
+            raise ValueError(f"{src}:{ln}: expected a JSON object")
+        kind = args.kind if args.kind != "auto" else _kind_of(row)
+        need = MATH_FIELDS if kind == "math" else ("id", "response")
+        missing = [f for f in need if f not in row]
+        if missing:
+            what = "math lines need id, response, answer" if kind == "math" else CODE_HINT
+            raise ValueError(f"{src}:{ln}: missing field(s) {', '.join(missing)} ({what})")
+        rows.append(row)
+        kinds.append(kind)
+    verdicts: list[dict | None] = [None] * len(rows)
+    for kind in ("math", "code"):
+        idx = [i for i, k in enumerate(kinds) if k == kind]
+        if not idx:
+            continue
+        sandbox = _make_sandbox(args.sandbox_python, args.workers, args.timeout) if kind == "code" else None
+        try:
+            res = grade_items(kind, [rows[i] for i in idx], workers=args.workers, sandbox=sandbox,
+                              math_timeout_s=args.timeout, progress=True)
+        finally:
+            if sandbox is not None:
+                sandbox.close()
+        for i, v in zip(idx, res):
+            verdicts[i] = v
+    out_rows = []
+    for row, kind, v in zip(rows, kinds, verdicts):
+        extra = {"correct": v["correct"]}
+        if kind == "code":
+            extra.update(status=v["status"], detail=v["detail"])
+        else:
+            extra.update(pred=v.get("pred"), reason=v.get("reason"))
+        out_rows.append({**row, **extra})
+    dst.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write_jsonl(dst, out_rows)
+    n_ok = sum(r["correct"] for r in out_rows)
+    print(f"graded {len(out_rows)} lines: {n_ok} correct ({n_ok / max(1, len(out_rows)):.1%}) -> {dst}")
+    return 0
+
+
+if __name__ == "__main__":  # pragma: no cover
+    from harness.cli import main
+
+    sys.exit(main(sys.argv[1:]))

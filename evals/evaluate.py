@@ -1,0 +1,194 @@
+"""Evaluate a model on suites: generate (appending to JSONL, resumable) -> grade -> metrics -> result files.
+
+Output directory (``--out DIR``)::
+
+    DIR/<suite>.protocol.json     model, engine, protocol: a rerun with a different one is refused
+    DIR/<suite>.generations.jsonl one line per (problem, sample) as it is generated; a rerun continues here
+    DIR/<suite>.graded.jsonl      generations + correct/status/detail (rewritten atomically)
+    DIR/results.json              {"model", "engine", "suites": {<suite>: <contract §4 result>}}
+
+``score_suite`` (grading + metrics from responses already in hand) is the entry point the training
+backends use for in-loop evals.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections import defaultdict
+from pathlib import Path
+from typing import Sequence
+
+from tqdm.auto import tqdm
+
+from .metrics import answer_key, summarize
+from .suites import Protocol, Suite
+
+
+def atomic_write_json(path: Path, obj) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(obj, indent=2, sort_keys=False) + "\n")
+    os.replace(tmp, path)
+
+
+def atomic_write_jsonl(path: Path, rows: Sequence[dict]) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    with open(tmp, "w") as f:
+        for r in rows:
+            f.write(json.dumps(r) + "\n")
+    os.replace(tmp, path)
+
+
+def read_jsonl_tolerant(path: Path) -> list[dict]:
+    """Lines of a JSONL file; a torn last line (killed mid-write) is dropped, other bad lines are errors."""
+    if not path.exists():
+        return []
+    lines = path.read_text().splitlines()
+    rows = []
+    for i, line in enumerate(lines):
+        if not line.strip():
+            continue
+        try:
+            rows.append(json.loads(line))
+        except ValueError:
+            if i == len(lines) - 1:
+                break
+            raise ValueError(f"{path}:{i + 1}: corrupt line (not JSON); fix or delete the file") from None
+    return rows
+
+
+def grade_items(kind: str, items: list[dict], *, workers: int | None = None, sandbox=None,
+                math_timeout_s: float = 10.0, progress: bool = False) -> list[dict]:
+    """Verdicts for items of one kind (math: {response, answer}; code: see code_grader; pocket)."""
+    if not items:
+        return []
+    if kind == "math":
+        from .math_grader import grade_math_many
+
+        return grade_math_many([(it.get("response", ""), it["answer"]) for it in items], workers=workers,
+                               timeout_s=math_timeout_s, progress=progress)
+    if kind == "code":
+        from .code_grader import grade_code_many
+        from .sandbox import Sandbox
+
+        own = sandbox is None
+        sb = sandbox or Sandbox(workers=workers)
+        try:
+            return grade_code_many(items, sb, progress=progress)
+        finally:
+            if own:
+                sb.close()
+    if kind == "pocket":
+        from .pocket_suites import grade_pocket
+
+        return grade_pocket(items)
+    raise ValueError(f"unknown grader kind {kind!r}; allowed: math, code, pocket")
+
+
+def score_suite(suite: Suite, problems: list[dict], responses: dict[str, list[str]], protocol: Protocol, *,
+                workers: int | None = None, sandbox=None, progress: bool = False) -> tuple[dict, list[dict]]:
+    """Grade ``responses[id] = [sample_0, ...]`` and return (contract §4 result, graded rows)."""
+    rows = []
+    for p in problems:
+        samples = responses.get(p["id"])
+        if samples is None or len(samples) != protocol.n_samples:
+            raise ValueError(f"suite {suite.name}: problem {p['id']} has {0 if samples is None else len(samples)} "
+                             f"samples, protocol says {protocol.n_samples}")
+        for s, text in enumerate(samples):
+            rows.append({**_grading_fields(p), "id": p["id"], "sample": s, "response": text})
+    verdicts = grade_items(suite.kind, rows, workers=workers, sandbox=sandbox, progress=progress)
+    per: dict[str, dict] = defaultdict(lambda: {"correct": [], "answers": []})
+    graded = []
+    for row, v in zip(rows, verdicts):
+        row = {**row, **v}
+        graded.append(row)
+        per[row["id"]]["correct"].append(bool(v["correct"]))
+        if suite.kind in ("math", "pocket"):
+            per[row["id"]]["answers"].append(answer_key(v.get("pred")) if suite.kind == "math" else v.get("pred"))
+    per_problem = [per[p["id"]] for p in problems]
+    if suite.kind == "code":
+        for d in per_problem:
+            d.pop("answers")
+    metrics = summarize(per_problem, k=protocol.n_samples)
+    if protocol.n_samples == 1:
+        metrics["greedy" if protocol.temperature == 0 else "avg@1"] = metrics["avg@1"]
+    result = {"suite": suite.name, "n_problems": len(problems), "n_samples": protocol.n_samples,
+              "temperature": protocol.temperature, "top_p": protocol.top_p, "max_tokens": protocol.max_tokens,
+              "metrics": metrics, "primary": protocol.primary}
+    return result, graded
+
+
+def _grading_fields(problem: dict) -> dict:
+    skip = {"prompt_text", "problem", "template"}
+    return {k: v for k, v in problem.items() if k not in skip}
+
+
+def evaluate(engine, suites: Sequence[Suite], out_dir: str | Path, *, n: int | None = None,
+             temperature: float | None = None, top_p: float | None = None, max_tokens: int | None = None,
+             data_dir: str | None = None, fixtures: bool = False, limit: int | None = None,
+             template: str | None = None, seed: int = 0, workers: int | None = None, sandbox=None,
+             progress: bool = True) -> dict:
+    """Run the whole pipeline for each suite; returns the ``results.json`` object."""
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    results_path = out / "results.json"
+    summary = json.loads(results_path.read_text()) if results_path.exists() else {}
+    summary.setdefault("suites", {})
+    summary.update(engine.describe())
+    for suite in suites:
+        protocol = suite.protocol.with_overrides(n_samples=n, temperature=temperature, top_p=top_p,
+                                                 max_tokens=max_tokens)
+        problems = suite.load(data_dir=data_dir, fixtures=fixtures, limit=limit, template=template)
+        ident = {"suite": suite.name, **engine.describe(), "protocol": protocol.__dict__, "seed": seed,
+                 "template": template or suite.template, "problem_ids": [p["id"] for p in problems]}
+        ident_path = out / f"{suite.name}.protocol.json"
+        if ident_path.exists():
+            old = json.loads(ident_path.read_text())
+            diff = sorted(k for k in set(old) | set(ident) if old.get(k) != ident.get(k))
+            if diff:
+                raise ValueError(f"{out} already holds {suite.name} generations made with a different "
+                                 f"{', '.join(diff)}; use another --out directory (or delete "
+                                 f"{suite.name}.* there) instead of mixing protocols")
+        else:
+            atomic_write_json(ident_path, ident)
+        gen_path = out / f"{suite.name}.generations.jsonl"
+        done = _existing(gen_path, problems, protocol)
+        by_id = {p["id"]: p for p in problems}
+        from .engines import Request
+
+        todo = [Request((p["id"], s), p["prompt_text"]) for p in problems for s in range(protocol.n_samples)
+                if (p["id"], s) not in done]
+        t0 = time.time()
+        if todo:
+            with open(gen_path, "a") as f, tqdm(total=len(todo), desc=f"{suite.name}: generating",
+                                                 disable=not progress) as bar:
+                for req, text in engine.generate(todo, protocol, seed=seed):
+                    pid, s = req.key
+                    line = {"id": pid, "sample": s, "prompt": req.prompt, "response": text}
+                    f.write(json.dumps(line) + "\n")
+                    f.flush()
+                    done[(pid, s)] = text
+                    bar.update(1)
+        gen_time = time.time() - t0
+        responses = {pid: [done[(pid, s)] for s in range(protocol.n_samples)] for pid in by_id}
+        result, graded = score_suite(suite, problems, responses, protocol, workers=workers, sandbox=sandbox,
+                                     progress=progress)
+        result["generation_s"] = round(gen_time, 2)
+        result["resumed_samples"] = len(problems) * protocol.n_samples - len(todo)
+        atomic_write_jsonl(out / f"{suite.name}.graded.jsonl", graded)
+        summary["suites"][suite.name] = result
+        atomic_write_json(results_path, summary)
+    return summary
+
+
+def _existing(path: Path, problems: list[dict], protocol: Protocol) -> dict[tuple, str]:
+    ids = {p["id"] for p in problems}
+    done = {}
+    rows = read_jsonl_tolerant(path)
+    for r in rows:
+        if r.get("id") in ids and isinstance(r.get("sample"), int) and r["sample"] < protocol.n_samples:
+            done[(r["id"], r["sample"])] = r.get("response", "")
+    if rows and path.read_text() and not path.read_text().endswith("\n"):  # torn last line: rewrite cleanly
+        atomic_write_jsonl(path, [r for r in rows])
+    return done

@@ -1,0 +1,339 @@
+"""Benchmark suites: dataset id + fields, prompt template, default protocol, and the grader kind.
+
+Default protocols follow the Entropy-Mechanism paper (Cui et al. 2025, §4 / official ``_validate``): AIME24,
+AIME25 and AMC23 sample 32 responses at T=0.6, top-p 1 and report avg@32; every other suite is greedy with
+one sample; 8192 new tokens. All of it is overridable (``Protocol.with_overrides``).
+
+Data: a local file always wins over the hub (``--data-dir DIR`` holding ``<suite>.jsonl``/``.jsonl.gz``/
+``.json``/``.parquet``, or ``data_file=``); otherwise ``datasets.load_dataset(hf_id, config, split)``.
+Rows are converted to ``{"id", "prompt_text", "answer"}`` (math) or ``{"id", "prompt_text", <grading fields>}``
+(code). ``fixtures=True`` loads the tiny subsets shipped in ``evals/data/fixtures`` (same field schema as the
+hub datasets; for tests and demos, not for numbers).
+"""
+
+from __future__ import annotations
+
+import base64
+import gzip
+import io
+import json
+import pickle
+import zlib
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Callable
+
+from harness.registry import Registry
+
+from .math_grader import extract_last_boxed
+
+FIXTURE_DIR = Path(__file__).resolve().parent / "data" / "fixtures"
+SUITES: Registry["Suite"] = Registry("suite")
+
+BOXED_INSTRUCTION = "Please reason step by step, and put your final answer within \\boxed{}."
+TEMPLATES = {
+    # Qwen2.5-Math / Entropy-Mechanism style (the instruction the official runs put in the prompt)
+    "boxed": "{problem}\n" + BOXED_INSTRUCTION,
+    # PRIME's eval/Math prompt
+    "prime_math": "{problem}\n\nPresent the answer in LaTex format: \\boxed{Your answer}",
+    # raw question (base models / few-shot elsewhere)
+    "raw": "{problem}",
+    # code, chat models: the function signature to complete
+    "code_function": ("Complete the following Python function. Return the complete function (with its imports) "
+                      "in one ```python code block.\n\n```python\n{problem}```"),
+    # code, base models: plain completion of the prompt
+    "code_completion": "{problem}",
+    # code, from a natural-language task (MBPP, KodCode, LiveCodeBench)
+    "code_task": ("{problem}\n\nWrite a Python solution. Return the code in one ```python code block."),
+    "code_stdio": ("{problem}\n\nWrite a Python program that reads the input from standard input and writes the "
+                   "answer to standard output. Return the code in one ```python code block."),
+}
+
+
+@dataclass(frozen=True)
+class Protocol:
+    n_samples: int = 1
+    temperature: float = 0.0
+    top_p: float = 1.0
+    max_tokens: int = 8192
+
+    def with_overrides(self, **kw) -> "Protocol":
+        kw = {k: v for k, v in kw.items() if v is not None}
+        p = replace(self, **kw)
+        if p.n_samples < 1:
+            raise ValueError(f"n_samples must be >= 1, got {p.n_samples}")
+        if p.temperature < 0 or not 0 < p.top_p <= 1:
+            raise ValueError(f"need temperature >= 0 and 0 < top_p <= 1, got {p.temperature}, {p.top_p}")
+        if p.n_samples > 1 and p.temperature == 0:
+            raise ValueError(f"{p.n_samples} samples at temperature 0 are identical; set --temperature > 0 "
+                             "or --n 1")
+        if p.max_tokens < 1:
+            raise ValueError(f"max_tokens must be >= 1, got {p.max_tokens}")
+        return p
+
+    @property
+    def primary(self) -> str:
+        return f"avg@{self.n_samples}"
+
+
+SAMPLED = Protocol(n_samples=32, temperature=0.6, top_p=1.0, max_tokens=8192)
+GREEDY = Protocol()
+
+
+@dataclass
+class Suite:
+    name: str
+    kind: str  # math | code
+    hf_id: str
+    split: str
+    convert: Callable[[dict, int], dict]
+    hf_config: str | None = None
+    template: str = "boxed"
+    protocol: Protocol = GREEDY
+    fields: str = ""  # the fields a local file needs (for error messages)
+    note: str = ""
+    loader: Callable[["Suite"], list[dict]] | None = None  # custom (e.g. pocket tasks)
+
+    def format_prompt(self, row: dict, template: str | None = None) -> str:
+        tpl = TEMPLATES.get(template or self.template)
+        if tpl is None:
+            raise ValueError(f"unknown prompt template {template!r}; known: {', '.join(sorted(TEMPLATES))}")
+        return tpl.replace("{problem}", str(row["problem"]))
+
+    def load(self, data_dir: str | Path | None = None, data_file: str | Path | None = None,
+             fixtures: bool = False, limit: int | None = None, template: str | None = None) -> list[dict]:
+        """Problems as dicts with ``id``, ``prompt_text`` and grading fields."""
+        if self.loader is not None and not (data_dir or data_file or fixtures):
+            rows = self.loader(self)
+        else:
+            raw = self._raw_rows(data_dir, data_file, fixtures)
+            rows = []
+            for i, r in enumerate(raw):
+                try:
+                    rows.append(self.convert(r, i))
+                except (KeyError, ValueError, TypeError) as e:
+                    raise ValueError(f"suite {self.name}: row {i} does not have the expected fields "
+                                     f"({self.fields}): {type(e).__name__}: {e}") from None
+        if limit is not None:
+            rows = rows[:limit]
+        for r in rows:
+            r.setdefault("prompt_text", self.format_prompt(r, template or r.get("template")))
+            r["id"] = str(r["id"])
+        ids = [r["id"] for r in rows]
+        if len(set(ids)) != len(ids):
+            raise ValueError(f"suite {self.name}: duplicate problem ids in the data")
+        return rows
+
+    def _raw_rows(self, data_dir, data_file, fixtures) -> list[dict]:
+        if fixtures:
+            return read_rows(find_local(FIXTURE_DIR, self.name))
+        if data_file:
+            return read_rows(Path(data_file))
+        if data_dir:
+            path = find_local(Path(data_dir), self.name)
+            return read_rows(path)
+        return self._from_hub()
+
+    def _from_hub(self) -> list[dict]:
+        try:
+            import datasets
+
+            ds = datasets.load_dataset(self.hf_id, self.hf_config, split=self.split)
+            return [dict(r) for r in ds]
+        except Exception as e:  # noqa: BLE001 - offline, gated, renamed: all the same advice
+            cfg = f" (config {self.hf_config})" if self.hf_config else ""
+            raise FileNotFoundError(
+                f"could not load the dataset {self.hf_id}{cfg} split {self.split!r} for suite {self.name}: "
+                f"{type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''}. Offline? Put the data in "
+                f"DIR/{self.name}.jsonl (fields: {self.fields}) and pass --data-dir DIR") from None
+
+
+def find_local(directory: Path, name: str) -> Path:
+    for ext in (".jsonl", ".jsonl.gz", ".json", ".parquet"):
+        p = directory / f"{name}{ext}"
+        if p.exists():
+            return p
+    raise FileNotFoundError(f"no data file for suite {name} in {directory}: expected {name}.jsonl, "
+                            f"{name}.jsonl.gz, {name}.json or {name}.parquet")
+
+
+def read_rows(path: Path) -> list[dict]:
+    path = Path(path)
+    if not path.exists():
+        raise FileNotFoundError(f"data file {path} does not exist")
+    name = path.name
+    if name.endswith(".parquet"):
+        import pandas as pd
+
+        return pd.read_parquet(path).to_dict("records")
+    opener = gzip.open if name.endswith(".gz") else open
+    with opener(path, "rt", encoding="utf-8") as f:
+        text = f.read()
+    if name.endswith(".json") and text.lstrip().startswith("["):
+        return json.loads(text)
+    rows = []
+    for ln, line in enumerate(text.splitlines(), 1):
+        if line.strip():
+            try:
+                rows.append(json.loads(line))
+            except ValueError as e:
+                raise ValueError(f"{path}:{ln}: not valid JSON ({e})") from None
+    return rows
+
+
+# ------------------------------------------------------------------------------------------------------
+# row converters (case-insensitive field lookup: hub copies differ in capitalisation)
+
+
+def _get(row: dict, *names, default=KeyError):
+    low = {k.lower(): v for k, v in row.items()}
+    for n in names:
+        if n.lower() in low and low[n.lower()] is not None:
+            return low[n.lower()]
+    if default is KeyError:
+        raise KeyError(f"none of {names} in row (has {sorted(row)})")
+    return default
+
+
+def math_row(problem_fields=("problem", "question"), answer_fields=("answer",), id_fields=("id", "unique_id", "idx")):
+    def convert(row: dict, i: int) -> dict:
+        ans = _get(row, *answer_fields, default=None)
+        if ans is None:  # Minerva/MATH style: the answer is boxed in the solution
+            sol = _get(row, "solution")
+            ans = extract_last_boxed(sol if isinstance(sol, str) else sol[-1])
+            if ans is None:
+                raise ValueError("no answer field and no \\boxed{} in the solution")
+        if isinstance(ans, list):  # OlympiadBench: list of "$...$"
+            ans = ", ".join(str(a).strip().strip("$").strip() for a in ans)
+        if isinstance(ans, float) and ans.is_integer():
+            ans = int(ans)
+        return {"id": _get(row, *id_fields, default=i), "problem": str(_get(row, *problem_fields)),
+                "answer": str(ans)}
+
+    return convert
+
+
+def olympiad_row(row: dict, i: int) -> dict:
+    out = math_row(("question", "problem"), ("final_answer", "answer"))(row, i)
+    ctx = _get(row, "context", default=None)
+    if ctx:
+        out["problem"] = f"{ctx}\n\n{out['problem']}"
+    return out
+
+
+def humaneval_row(row: dict, i: int) -> dict:
+    return {"id": _get(row, "task_id", "id", default=i), "problem": row["prompt"], "prompt": row["prompt"],
+            "test": row["test"], "entry_point": row["entry_point"], "format": "humaneval"}
+
+
+def mbpp_row(row: dict, i: int) -> dict:
+    tests = row.get("test_list") or []
+    text = _get(row, "prompt", "text")
+    ep = row.get("entry_point")
+    if not ep and tests:
+        import re
+
+        m = re.search(r"assert\s+(?:math\.isclose\()?\s*(?:set\()?\s*([A-Za-z_]\w*)\s*\(", tests[0])
+        ep = m.group(1) if m else None
+    problem = text + (f"\nYour code should pass these tests:\n" + "\n".join(tests) if tests else "")
+    return {"id": _get(row, "task_id", "id", default=i), "problem": problem, "test_list": list(tests),
+            "test_imports": list(row.get("test_imports") or []), "test_setup_code": row.get("test_setup_code", ""),
+            "test": row.get("test") or "", "entry_point": ep, "format": "mbpp"}
+
+
+def _decode_lcb_tests(value) -> list:
+    if isinstance(value, list):
+        return value
+    try:
+        return json.loads(value)
+    except ValueError:
+        data = zlib.decompress(base64.b64decode(value.encode("utf-8")))
+        return json.loads(_SafeUnpickler(io.BytesIO(data)).load())
+
+
+class _SafeUnpickler(pickle.Unpickler):
+    """LiveCodeBench private tests are a pickled JSON *string*: allow no globals at all."""
+
+    def find_class(self, module, name):
+        raise pickle.UnpicklingError(f"refusing to unpickle {module}.{name} from dataset")
+
+
+def lcb_row(row: dict, i: int) -> dict:
+    tests = _decode_lcb_tests(row.get("public_test_cases", "[]")) + _decode_lcb_tests(
+        row.get("private_test_cases", "[]") or "[]")
+    if "tests" in row:
+        tests = _decode_lcb_tests(row["tests"])
+    meta = row.get("metadata") or {}
+    meta = json.loads(meta) if isinstance(meta, str) else meta
+    starter = row.get("starter_code") or ""
+    problem = _get(row, "question_content", "problem", "question")
+    if starter:
+        problem += f"\n\nUse this starter code:\n```python\n{starter}\n```"
+    functional = bool(tests) and tests[0].get("testtype") == "functional"
+    return {"id": _get(row, "question_id", "id", default=i), "problem": problem, "tests": tests,
+            "fn_name": meta.get("func_name") or row.get("fn_name"), "format": "lcb",
+            "template": "code_task" if functional else "code_stdio"}
+
+
+def kodcode_row(row: dict, i: int) -> dict:
+    return {"id": _get(row, "question_id", "conversation_id", "id", default=i),
+            "problem": _get(row, "question", "problem"), "test": row["test"], "format": "kodcode"}
+
+
+def _register(suite: Suite) -> Suite:
+    SUITES.register(suite.name, suite)
+    return suite
+
+
+MATH_FIELDS = "id, problem (or question), answer"
+_register(Suite("aime24", "math", "Maxwell-Jia/AIME_2024", "train", math_row(), protocol=SAMPLED,
+                fields=MATH_FIELDS, note="AIME 2024 I+II, 30 problems"))
+_register(Suite("aime25", "math", "math-ai/aime25", "test", math_row(), protocol=SAMPLED, fields=MATH_FIELDS,
+                note="AIME 2025 I+II, 30 problems"))
+_register(Suite("amc23", "math", "math-ai/amc23", "test", math_row(), protocol=SAMPLED, fields=MATH_FIELDS,
+                note="AMC 2023, 40 problems (answers stored as floats upstream)"))
+_register(Suite("math500", "math", "HuggingFaceH4/MATH-500", "test", math_row(), fields=MATH_FIELDS,
+                note="MATH-500 (PRM800K split)"))
+_register(Suite("minerva", "math", "math-ai/minervamath", "test", math_row(), fields=MATH_FIELDS + " (or a "
+                "solution with \\boxed{})", note="Minerva-Math (MIT OCW), 272 problems; NOT lm-eval's minerva_math"))
+_register(Suite("olympiadbench", "math", "Hothan/OlympiadBench", "train", olympiad_row,
+                hf_config="OE_TO_maths_en_COMP", fields="id, question, final_answer (list), context",
+                note="OlympiadBench OE_TO maths en COMP, 675 problems"))
+_register(Suite("omnimath", "math", "KbsdJames/Omni-MATH", "test", math_row(), fields=MATH_FIELDS,
+                note="Omni-MATH (4428); its rule-gradable subset is KbsdJames/omni-math-rule"))
+_register(Suite("humaneval_plus", "code", "evalplus/humanevalplus", "test", humaneval_row,
+                template="code_function", fields="task_id, prompt, test, entry_point",
+                note="HumanEval+ (tests use numpy: the sandbox python needs it for the full set)"))
+_register(Suite("mbpp_plus", "code", "evalplus/mbppplus", "test", mbpp_row, template="code_task",
+                fields="task_id, prompt, test_list, test_imports, test", note="MBPP+"))
+_register(Suite("livecodebench", "code", "livecodebench/code_generation_lite", "test", lcb_row,
+                hf_config="release_v5", template="code_stdio",
+                fields="question_id, question_content, starter_code, public_test_cases, private_test_cases, "
+                       "metadata (or tests, fn_name)", note="LiveCodeBench code generation (lite)"))
+_register(Suite("kodcode", "code", "KodCode/KodCode-V1", "train", kodcode_row, template="code_task",
+                fields="question_id, question, test (pytest file importing solution)", note="KodCode (pytest style)"))
+
+
+def get_suite(name: str) -> Suite:
+    return SUITES.get(name)
+
+
+def list_suites() -> list[str]:
+    _ensure_pocket_suites()
+    return SUITES.names()
+
+
+def _ensure_pocket_suites() -> None:
+    """Register ``pocket_<task>`` suites for the pocket backend's synthetic tasks (if that module exists)."""
+    from . import pocket_suites
+
+    pocket_suites.register_all(SUITES)
+
+
+def resolve_suites(spec: str | list[str]) -> list[Suite]:
+    names = [s.strip() for s in (spec.split(",") if isinstance(spec, str) else spec) if s.strip()]
+    if not names:
+        raise ValueError("no suites given; known suites: " + ", ".join(list_suites()))
+    if any(n.startswith("pocket") for n in names):
+        _ensure_pocket_suites()
+    return [SUITES.get(n) for n in names]
