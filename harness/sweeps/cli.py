@@ -135,8 +135,8 @@ def print_plan(spec: SweepSpec, cells: list[Cell], runs_dir: Path, executor: str
     print(f"sweep {spec.name}: {len(cells)} cells in {len(groups)} resource group(s); runs dir {runs_dir}; "
           f"executor {executor} (dry run: nothing written or submitted)")
     for k, (res, group) in enumerate(groups):
-        params = executor_parameters(res, "slurm" if executor == "debug" else executor, f"{spec.name}-g{k}")
-        print(f"\ngroup g{k}: {len(group)} cells, one job array; submitit parameters:")
+        params = executor_parameters(res, "slurm", f"{spec.name}-g{k}")
+        print(f"\ngroup g{k}: {len(group)} cells, one job array; submitit parameters (slurm executor):")
         for key, value in params.items():
             print(f"    {key}: {value}")
         for c in group:

@@ -2,8 +2,8 @@
 
 A cell's id is the 12-hex hash of its *resolved* run config (``RunConfig.run_id()``, the same hash a run
 records in result.json), so the identity never depends on a job id, a timestamp or the resources. Its alias
-is readable, built from the values of the axes that vary (first path of each zip entry; ``s<seed>``):
-``qwen2.5-7b__kl_cov__s0``. A mapping value contributes its ``name``; when two cells would share an alias,
+is readable, built from the values of the axes that vary (first path of each zip entry; ``s<seed>``), model
+first, then method, task, the other axes, the seed last, lower case: ``qwen2.5-7b__kl_cov__s0``. A mapping value contributes its ``name``; when two cells would share an alias,
 their mapping values also spell out their other keys (``kl_cov-k_ratio0.002``).
 """
 
@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
 
 from harness.sweeps import paths
-from harness.sweeps.resources import merged
+from harness.sweeps.resources import check_layout, merged
 from harness.sweeps.spec import SpecError, SweepSpec
 
 Validator = Callable[[dict], dict]
@@ -93,8 +93,13 @@ def expand(spec: SweepSpec, validate: Validator | None = run_config_validator) -
             if paths.matches(raw, g["match"]):
                 used_groups[i] = True
                 layers.append({k: v for k, v in g.items() if k != "match"})
-        cells.append(Cell(id=config_id(resolved), alias=alias, config=resolved, axes=axes,
-                          resources=merged(spec.resources_default, *layers), index=n))
+        resources = merged(spec.resources_default, *layers)
+        try:
+            check_layout(resolved, resources, f"cell {alias}")
+        except ValueError as e:
+            raise SpecError(str(e)) from None
+        cells.append(Cell(id=config_id(resolved), alias=alias, config=resolved, axes=axes, resources=resources,
+                          index=n))
     for i, used in enumerate(used_groups):
         if not used:
             raise SpecError(f"resources.groups[{i}].match: matches no cell ({spec.resource_groups[i]['match']})")
@@ -134,17 +139,29 @@ def _part(path: str, value: Any, full: bool) -> str:
             tail = "-".join(f"{k}{_fmt(v) if not isinstance(v, Mapping) else len(v)}" for k, v in sorted(rest.items()))
             return "-".join(x for x in (head, tail) if x) or key
         return head
-    return _fmt(value) if key == "name" else f"{key}{_fmt(value)}"
+    if key == "name":
+        return _fmt(value).rstrip("/").rsplit("/", 1)[-1]  # Qwen/Qwen2.5-7B -> Qwen2.5-7B
+    return f"{key}{_fmt(value)}"
 
 
 def _clean(text: str) -> str:
-    text = re.sub(r"[^A-Za-z0-9._=-]+", "-", text).strip("-")
+    text = re.sub(r"[^a-z0-9._=-]+", "-", text.lower()).strip("-")
     return text[:100] or "cell"
+
+
+ALIAS_ORDER = ("model", "method", "task")  # then the other axes in spec order, the seed last
+
+
+def _alias_rank(path: str) -> int:
+    if path == "seed":
+        return len(ALIAS_ORDER) + 1
+    top = path.split(".", 1)[0]
+    return ALIAS_ORDER.index(top) if top in ALIAS_ORDER else len(ALIAS_ORDER)
 
 
 def make_aliases(spec: SweepSpec, cell_axes: list[dict[str, Any]]) -> list[str]:
     """One alias per cell from the axes with more than one value (always the seed); unique within the sweep."""
-    shown = [a.paths[0] for a in spec.axes if len(a.values) > 1 or a.paths == ["seed"]]
+    shown = sorted((a.paths[0] for a in spec.axes if len(a.values) > 1 or a.paths == ["seed"]), key=_alias_rank)
 
     def alias(axes: dict, full: bool) -> str:
         return _clean("__".join(_part(p, axes[p], full) for p in shown)) if shown else spec.name

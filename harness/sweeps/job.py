@@ -53,7 +53,7 @@ class CellJob(submitit.helpers.Checkpointable):
     def __call__(self, cell_dir: str) -> Any:
         try:
             return resolve_target(self.target)(cell_dir)
-        except BaseException as e:  # noqa: BLE001 - recorded, then re-raised for submitit
+        except Exception as e:  # noqa: BLE001 - recorded, then re-raised; SystemExit is submitit's requeue
             _write_job_error(Path(cell_dir), e)
             raise
 

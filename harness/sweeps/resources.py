@@ -126,3 +126,22 @@ def local_parallelism(resources: Mapping) -> int:
     if resources.get("array_parallelism"):
         return int(resources["array_parallelism"])
     return max(1, (os.cpu_count() or 1) // int(resources.get("cpus_per_task", 1)))
+
+
+def check_layout(config: Mapping, resources: Mapping, where: str) -> None:
+    """A backend that places its own workers (OpenRLHF's Ray) must get the nodes and GPUs its config names."""
+    if config.get("backend") != "openrlhf":
+        return
+    try:
+        from harness.backends.openrlhf.flags import OpenRLHFOptions
+
+        defaults = OpenRLHFOptions()
+        wants = {"nodes": defaults.nodes, "gpus_per_node": defaults.gpus_per_node}
+    except ImportError:
+        wants = {"nodes": 1, "gpus_per_node": 8}
+    section = config.get("openrlhf") or {}
+    for key in wants:
+        want = section.get(key, wants[key])
+        if resources.get(key) != want:
+            raise ValueError(f"{where}: openrlhf.{key} is {want} but its resources give {key}={resources.get(key)}; "
+                             f"make them equal (resources.default or a resources.groups entry matching this cell)")
