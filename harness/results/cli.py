@@ -35,6 +35,15 @@ def register(sub) -> None:
     p.add_argument("--include-incomplete", action="store_true", help="also plot runs without result.json")
     p.set_defaults(func=cmd_plot)
 
+    r = sub.add_parser("report", help="leaderboard.{md,csv}, standard figures and law fits for a sweep's runs",
+                       description="What `harness sweep --results-dir` writes after a sweep, from existing runs.")
+    r.add_argument("runs_dir", help="folder holding the run directories (e.g. runs/quickstart)")
+    r.add_argument("--out", type=Path, required=True, help="output folder (e.g. results/quickstart)")
+    r.add_argument("--score-key", default="auto", help="score for the law and score figures (default auto)")
+    r.add_argument("--formats", default="png,pdf", help="comma-separated image formats (default png,pdf)")
+    r.add_argument("--reference", choices=["paper"], default=None, help="add the paper's Table 2 to the leaderboard")
+    r.set_defaults(func=cmd_report)
+
     f = sub.add_parser("fit", help="fit the entropy law R = -a·exp(H) + b",
                        description="Fits a, b (R², ceiling -a+b) per run or model from RUNS, or from exported "
                                    "CSV logs. --fit-fraction F fits on the first F of the points (step order) "
@@ -86,14 +95,29 @@ def cmd_table(args) -> int:
     return 0
 
 
+def _formats(text: str) -> tuple[str, ...]:
+    formats = tuple(x.strip() for x in text.split(",") if x.strip())
+    bad = [x for x in formats if x not in ("png", "pdf", "svg")]
+    if bad or not formats:
+        raise ValueError(f"--formats {text!r}: allowed png, pdf, svg")
+    return formats
+
+
+def cmd_report(args) -> int:
+    from .report import write_sweep_report
+
+    if not Path(args.runs_dir).is_dir():
+        raise FileNotFoundError(f"no such runs directory: {args.runs_dir}")
+    for p in write_sweep_report(args.runs_dir, args.out, args.score_key, _formats(args.formats), args.reference):
+        print(p)
+    return 0
+
+
 def cmd_plot(args) -> int:
     from .plots import FIGURES, plot_all
     from .points import resolve_score_key
 
-    formats = tuple(x.strip() for x in args.formats.split(",") if x.strip())
-    bad = [x for x in formats if x not in ("png", "pdf", "svg")]
-    if bad or not formats:
-        raise ValueError(f"--formats {args.formats!r}: allowed png, pdf, svg")
+    formats = _formats(args.formats)
     if args.only:
         unknown = [o for o in args.only if o not in FIGURES]
         if unknown:
@@ -142,7 +166,12 @@ def cmd_fit(args) -> int:
         pts = run_points(col, key, args.entropy_key)
         if pts.empty:
             raise ValueError(f"no completed run logged both {args.entropy_key!r} and {key!r} on the same step")
-        fits = fit_groups(pts, args.by, args.fit_fraction)
+        try:
+            fits = fit_groups(pts, args.by, args.fit_fraction)
+        except ValueError as e:
+            hint = (f" (the score is {key!r}, logged on eval steps only; --score-key reward/mean uses every step, "
+                    "--by model pools the runs of a model)") if key.startswith("eval/") else ""
+            raise ValueError(f"{e}{hint}") from None
         pooled_pts = pts.sort_values(["step", "run_dir"])
         pooled = fit_entropy_law(pooled_pts["entropy"], pooled_pts["score"], args.fit_fraction, label="all runs")
         source = {"runs": [str(r) for r in args.runs], "score_key": key, "entropy_key": args.entropy_key,

@@ -97,7 +97,7 @@ def fit_entropy_law(entropy, score, fit_fraction: float | None = None, label: st
     a, b = -slope, intercept
     rs_slope, rs_intercept = theil_sen(x, rf)
     fit = LawFit(a=a, b=b, r2=r2, ceiling=b - a, n_points=int(n_fit),
-                 rmse=float(np.sqrt(np.mean((rf - (b - a * x)) ** 2))), a_robust=-rs_slope, b_robust=rs_intercept,
+                 rmse=float(np.sqrt(np.mean((rf - (b - a * x)) ** 2))), a_robust=0.0 - rs_slope, b_robust=rs_intercept + 0.0,
                  entropy_min=float(hf.min()), entropy_max=float(hf.max()), label=label)
     if fit_fraction is not None:
         ht, rt = h[n_fit:], r[n_fit:]

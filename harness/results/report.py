@@ -28,23 +28,24 @@ def _write(path: Path, text: str) -> Path:
     return path
 
 
-def write_sweep_report(runs_dir, out_dir, score_key: str = "auto", formats=("png", "pdf")) -> list[Path]:
+def write_sweep_report(runs_dir, out_dir, score_key: str = "auto", formats=("png", "pdf"),
+                       reference: str | None = None) -> list[Path]:
     """Leaderboard (md, csv), the standard figures and ``entropy_law.json`` for every run under ``runs_dir``.
 
-    Runs without ``result.json`` are listed as missing in the leaderboard notes. Returns the written paths."""
+    Runs without ``result.json`` are listed as missing in the leaderboard notes. Returns the written paths
+    (leaderboard.md is written last, so it can link every figure that was made)."""
     out_dir = Path(out_dir)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # collect() keeps them in col.warnings; they go into the notes
         col = collect([runs_dir])
     written: list[Path] = []
     try:
-        lb = build_leaderboard(col)
+        lb = build_leaderboard(col, reference=reference)
         for n in col.warnings:
             lb.notes.append(f"WARNING: {n}")
         md, csv = render(lb, "md"), render(lb, "csv")
     except ValueError as e:  # e.g. no run finished: say so instead of failing the sweep
         md, csv = f"No leaderboard: {e}\n", ""
-    written.append(_write(out_dir / "leaderboard.md", md))
     if csv:
         written.append(_write(out_dir / "leaderboard.csv", csv))
     try:
@@ -63,4 +64,19 @@ def write_sweep_report(runs_dir, out_dir, score_key: str = "auto", formats=("png
             skipped.append(f"entropy_law.json: {e}")
     if skipped:
         written.append(_write(out_dir / "skipped.txt", "\n".join(skipped) + "\n"))
+    written.append(_write(out_dir / "leaderboard.md", _page(runs_dir, out_dir, md, written, skipped, key, reference)))
     return written
+
+
+def _page(runs_dir, out_dir: Path, table_md: str, written: list[Path], skipped: list[str], key, reference) -> str:
+    ref = f" --reference {reference}" if reference else ""
+    lines = [f"# Leaderboard: {runs_dir}", "",
+             f"Regenerate: `harness report {runs_dir} --out {out_dir}{ref}` (or re-run the sweep with "
+             f"`--results-dir {out_dir}`).", "", table_md.rstrip(), ""]
+    pngs = [p for p in written if p.suffix == ".png"]
+    if pngs:
+        lines += ["## Figures", "", f"Score key: `{key}`. Entropy-law fits per model: `entropy_law.json`.", ""]
+        lines += [f"![{p.stem}]({p.name})" for p in pngs]
+    if skipped:
+        lines += ["", "Not drawn (the runs did not log what they need):", ""] + [f"- {s}" for s in skipped]
+    return "\n".join(lines) + "\n"

@@ -77,6 +77,7 @@ def test_sweep_report(two_sizes, mk, tmp_path):
             "score_vs_entropy.png"} <= names
     md = (out / "leaderboard.md").read_text()
     assert "MISSING: 1 run(s)" in md and "pocket-1m-clip_cov (no result.json)" in md
+    assert "![entropy_vs_step](entropy_vs_step.png)" in md and f"harness report {two_sizes} --out {out}" in md
     law = json.loads((out / "entropy_law.json").read_text())
     fits = {f["label"]: f for f in law["fits"]}
     assert law["score_key"] == "eval/arith/avg@4" and fits["pocket-1m"]["a"] == pytest.approx(0.25, abs=1e-6)
@@ -85,8 +86,8 @@ def test_sweep_report(two_sizes, mk, tmp_path):
 def test_sweep_report_with_no_finished_run(runs_root, mk, tmp_path):
     mk(runs_root, "a", write_result=False)
     written = write_sweep_report(runs_root, tmp_path / "out", formats=("png",))
-    assert written[0].name == "leaderboard.md"
-    assert written[0].read_text().startswith("No leaderboard: no completed run has eval results")
+    assert [p.name for p in written][-1] == "leaderboard.md"
+    assert "No leaderboard: no completed run has eval results" in written[-1].read_text()
 
 
 def test_cli_plot_errors(runs_root, mk, tmp_path, capsys):
