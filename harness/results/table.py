@@ -21,10 +21,11 @@ import numpy as np
 import pandas as pd
 
 from .collect import Collection, final_evals
-from .reference import PAPER_SUITES, canonical_suite, load_protocol, load_reference
+from .reference import PAPER_DISPLAY, PAPER_SUITES, canonical_suite, load_protocol, load_reference
 
 SCALE = 100.0  # eval metrics are fractions; tables show percent (the paper's unit)
 AVG_COLS = ["avg_suites", "avg_samples"]
+METHOD_ORDER = ["grpo", "rloo", "prime", "entropy_bonus", "clip_higher", "clip_cov", "kl_cov"]  # the paper's order
 AVG_TITLES = {"avg_suites": "avg (suites)", "avg_samples": "avg (samples)"}
 DELTA_TITLES = {"avg_suites": "Δ avg (suites)", "avg_samples": "Δ avg (samples)"}
 
@@ -216,9 +217,11 @@ def _sort(table: pd.DataFrame, baseline: str | None) -> pd.DataFrame:
         return table
     t = table.assign(_src=(table["source"] != "runs").astype(int),
                      _size=table["model_params"].fillna(np.inf),
-                     _base=(table["method"] != baseline).astype(int))
-    return t.sort_values(["_src", "_size", "model", "task", "_base", "method"]).drop(
-        columns=["_src", "_size", "_base"]).reset_index(drop=True)
+                     _base=(table["method"] != baseline).astype(int),
+                     _order=[METHOD_ORDER.index(m) if m in METHOD_ORDER else len(METHOD_ORDER)
+                             for m in table["method"].astype(str).str.split("[+(]").str[0]])
+    return t.sort_values(["_src", "_size", "model", "task", "_base", "_order", "method"]).drop(
+        columns=["_src", "_size", "_base", "_order"]).reset_index(drop=True)
 
 
 # ---------------------------------------------------------------- formatting
@@ -239,7 +242,7 @@ def _delta(v: float) -> str:
 
 def _display(lb: Leaderboard, bold) -> tuple[list[str], list[list[str]]]:
     head = ["model", *(["task"] if lb.show_task else []), "method", "source"]
-    head += [AVG_TITLES.get(c, c) for c in lb.columns]
+    head += [AVG_TITLES.get(c, PAPER_DISPLAY.get(c, c)) for c in lb.columns]
     base = lb.baseline or "baseline"
     head += [f"{DELTA_TITLES[a]} vs {base}" for a in AVG_COLS]
     body = []
