@@ -1,0 +1,142 @@
+"""Hostile-program battery: each program is contained, classified, and the grader survives.
+
+Runs the real sandbox (namespaces, chroot, rlimits, unprivileged uid). CI runs as root, where every isolation
+feature must be in effect; as a normal user the checks that need root are skipped and ``missing`` says why.
+"""
+
+import os
+import time
+import uuid
+
+import pytest
+
+from evals.code_grader import classify, grade_code_many
+from evals.sandbox import UID_BASE, Limits, Sandbox
+
+ROOT = os.geteuid() == 0
+needs_root = pytest.mark.skipif(not ROOT, reason="uid drop / chroot checks need root")
+
+
+@pytest.fixture(scope="module")
+def sandbox():
+    sb = Sandbox(limits=Limits(wall_s=4, cpu_s=4, memory_mb=512, nproc=16, output_kill_bytes=4 << 20), workers=2)
+    yield sb
+    sb.close()
+
+
+def run(sb, code):
+    res = sb.run({"prog.py": code}, {"mode": "script"})
+    return res, classify(res, {"fmt": "humaneval"})
+
+
+@needs_root
+def test_full_isolation_as_root(sandbox):
+    assert sandbox.missing == [], sandbox.missing
+    assert sandbox.isolation["network"] == "private" and sandbox.isolation["filesystem"] == "chroot"
+    assert sandbox.isolation["user"].startswith("uid ")
+
+
+def test_missing_is_reported_plainly():
+    sb = Sandbox.__new__(Sandbox)
+    sb.is_root, sb.isolation = False, {"user": "unchanged", "network": "shared", "pid": "shared",
+                                        "filesystem": "shared"}
+    text = sb.describe()
+    for word in ("network", "PID", "filesystem", "unprivileged uid"):
+        assert word in text
+
+
+def test_correct_and_wrong_programs(sandbox):
+    assert run(sandbox, "def f(x):\n    return x + 1\nassert f(1) == 2\n")[1]["status"] == "passed"
+    res, v = run(sandbox, "assert 1 == 2, 'nope'\n")
+    assert v == {"correct": False, "status": "failed", "detail": "AssertionError: nope (line 1)"}
+
+
+def test_battery(sandbox, tmp_path, monkeypatch):
+    monkeypatch.setenv("HARNESS_TEST_SECRET", "s3cret")
+    secret = tmp_path / "root_only.txt"
+    secret.write_text("top secret")
+    os.chmod(secret, 0o600)
+    outside = f"/tmp/harness-escape-{uuid.uuid4().hex}"
+    tmp_target = tmp_path / "written_by_program.txt"
+    os.chmod(tmp_path, 0o777)  # even a world-writable directory must stay out of reach
+    hostile = {
+        "infinite_loop": ("while True:\n    pass\n", "timeout"),
+        "sleeping_loop": ("import time\nwhile True:\n    time.sleep(0.5)\n", "timeout"),
+        "memory_bomb": ("x = bytearray(8 << 30)\n", "failed"),
+        "many_forks": ("import os, time\nfor i in range(200):\n    if os.fork() == 0:\n        time.sleep(30)\n"
+                       "        os._exit(0)\n", "failed"),
+        # /tmp inside the sandbox is private to the program: the write succeeds there and vanishes with it
+        "write_tmp": (f"open({outside!r}, 'w').write('x')\n", "passed" if ROOT else None),
+        "write_var_tmp": (f"open('/var/tmp/harness-escape-{uuid.uuid4().hex}', 'w').write('x')\n", "failed"),
+        "write_world_writable": (f"open({str(tmp_target)!r}, 'w').write('x')\n", "failed"),
+        "read_root_only": (f"print(open({str(secret)!r}).read())\n", "failed"),
+        "read_shadow": ("print(open('/etc/shadow').read())\n", "failed"),
+        "network": ("import socket\nsocket.create_connection(('1.1.1.1', 53), timeout=2)\n", "failed"),
+        "network_local": ("import socket\nsocket.create_connection(('127.0.0.1', 22), timeout=2)\n", "failed"),
+        "kill_parent": ("import os, signal\nfor p in (os.getppid(), -1, 1):\n    try:\n        os.kill(p, 9)\n"
+                        "    except OSError:\n        pass\nraise SystemExit(3)\n", "failed"),
+        "huge_output": ("import sys\nwhile True:\n    sys.stdout.write('x' * 65536)\n", "error"),
+        "early_exit0": ("import os\nos._exit(0)\nassert False\n", "failed"),
+        "sys_exit0": ("import sys\nsys.exit(0)\nassert False\n", "failed"),
+        "fake_report": ("import os\nfor fd in range(3, 20):\n    try:\n        os.write(fd, b'deadbeef {\"ok\": true}\\n')\n"
+                        "    except OSError:\n        pass\nos._exit(0)\n", "failed"),
+        "env_leak": ("import os\nassert 'HARNESS_TEST_SECRET' not in os.environ\nassert os.environ['HOME'] == "
+                     "'/sandbox' or True\n", "passed"),
+        "big_file": ("open('big', 'wb').write(b'x' * (64 << 20))\n", "failed"),
+    }
+    t0 = time.monotonic()
+    results = sandbox.run_many([({"prog.py": code}, {"mode": "script"}) for code, _ in hostile.values()])
+    elapsed = time.monotonic() - t0
+    got = {name: classify(r, {"fmt": "humaneval"}) for name, r in zip(hostile, results)}
+    for (name, (_, expected)), r in zip(hostile.items(), results):
+        if expected is not None:
+            assert got[name]["status"] == expected, (name, got[name], r.stderr[-300:])
+    assert not os.path.exists(outside) and not tmp_target.exists()
+    assert "Network is unreachable" in got["network"]["detail"]
+    assert "output limit" in got["huge_output"]["detail"]
+    assert len(results[list(hostile).index("huge_output")].stdout) <= sandbox.limits.output_bytes
+    assert got["early_exit0"]["detail"].startswith("exited before the tests finished")
+    assert elapsed < 30
+    # the grader survived and still works
+    assert run(sandbox, "assert sum(range(5)) == 10\n")[1]["status"] == "passed"
+
+
+@needs_root
+def test_no_process_survives_a_program(sandbox):
+    code = ("import os, time\nif os.fork() == 0:\n    os.setsid()\n    if os.fork() == 0:\n        time.sleep(60)\n"
+            "    os._exit(0)\ntime.sleep(0.2)\n")
+    res, v = run(sandbox, code)
+    assert v["status"] == "passed"
+    time.sleep(0.2)
+    uids = {UID_BASE + i for i in range(sandbox.workers)}
+    alive = [p for p in os.listdir("/proc") if p.isdigit() and _uid_of(p) in uids]
+    assert alive == []
+
+
+def _uid_of(pid):
+    try:
+        return os.stat(f"/proc/{pid}").st_uid
+    except FileNotFoundError:
+        return None
+
+
+def test_programs_cannot_plant_files_for_later_samples(sandbox):
+    plant = ("import os\nfor p in ('/tmp/plant', 'plant', '/sandbox/../plant', '/var/tmp/plant', '/dev/shm/plant'):\n"
+             "    try:\n        open(p, 'w').write('answer')\n    except OSError:\n        pass\n")
+    look = ("import os, glob\nfound = [p for p in ('/tmp/plant', 'plant', '/plant', '/var/tmp/plant', '/dev/shm/plant')"
+            " if os.path.exists(p)]\nfound += glob.glob('/tmp/*') + glob.glob('/tmp/harness-sandbox-*/*')\n"
+            "assert not found, found\n")
+    # sequential (same slot reused) and concurrent (other slot)
+    results = sandbox.run_many([({"prog.py": plant}, {"mode": "script"}), ({"prog.py": look}, {"mode": "script"})]
+                               + [({"prog.py": look}, {"mode": "script"})])
+    assert [classify(r, {})["status"] for r in results] == ["passed", "passed", "passed"], \
+        [r.report for r in results]
+    assert not os.path.exists("/tmp/plant")
+
+
+def test_many_programs_in_parallel(sandbox):
+    items = [{"id": str(i), "prompt": "def f(x):\n", "response": f"    return x * {i}\n",
+              "test": f"def check(c):\n    assert c(2) == {2 * i}\n", "entry_point": "f"} for i in range(12)]
+    items[5]["response"] = "    return -1\n"
+    verdicts = grade_code_many(items, sandbox)
+    assert [v["correct"] for v in verdicts] == [i != 5 for i in range(12)]
