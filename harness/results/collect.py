@@ -25,7 +25,7 @@ import pandas as pd
 import yaml
 
 RUN_MARKERS = ("result.json", "metrics.jsonl", "config.yaml")
-PROTOCOL_KEYS = ("n_samples", "temperature", "top_p", "max_tokens")
+PROTOCOL_KEYS = ("n_problems", "n_samples", "temperature", "top_p", "max_tokens")
 _STEP_FILE = re.compile(r"^step_(\d+)\.json$")
 
 
@@ -131,6 +131,8 @@ def _run_info(run_dir: Path) -> dict:
     cfg = _read_config(run_dir / "config.yaml") if (run_dir / "config.yaml").is_file() else {}
     src = result or {}
     method_cfg = src.get("method_config")
+    settings = {f"method.{k}": v for k, v in (method_cfg or {}).items()}
+    settings.update(_flatten(cfg))
     if method_cfg is None and isinstance(cfg.get("method"), dict):
         method_cfg = {k: v for k, v in cfg["method"].items()}
     method = src.get("method") or _name(cfg.get("method"))
@@ -144,6 +146,7 @@ def _run_info(run_dir: Path) -> dict:
         "method": method,
         "advantage": advantage,
         "method_config": json.dumps(method_cfg or {}, sort_keys=True, default=str),
+        "settings": json.dumps(settings, sort_keys=True, default=str),
         "model": src.get("model") or _name(cfg.get("model")),
         "model_params": src.get("model_params"),
         "task": src.get("task") or _name(cfg.get("task")),
@@ -172,19 +175,41 @@ def method_label(method: str | None, advantage: str | None) -> str:
     return m
 
 
+# config keys that do not change what a run measures (resources, bookkeeping) or are handled elsewhere
+# (seed = the replicate axis; eval.* = the eval protocol, checked per suite by the leaderboard)
+_IGNORED_KEYS = ("seed", "name", "logging.", "eval.", "train.device", "train.threads", "train.checkpoint_every",
+                 "model.cache_dir", "task.test_size", "openrlhf.nodes", "openrlhf.gpus_per_node",
+                 "openrlhf.vllm_tp", "method.name", "method.advantage")
+
+
+def _flatten(d, prefix="") -> dict:
+    out = {}
+    for k, v in (d or {}).items():
+        key = f"{prefix}{k}"
+        if isinstance(v, dict) and v:
+            out.update(_flatten(v, key + "."))
+        else:
+            out[key] = v
+    return out
+
+
+def _ignored(key: str) -> bool:
+    return any(key == p or (p.endswith(".") and key.startswith(p)) for p in _IGNORED_KEYS)
+
+
 def _disambiguate(runs: pd.DataFrame) -> pd.Series:
-    """Append differing hyper-parameters to labels shared by runs with different method configs."""
+    """Runs sharing (model, task, label) but differing in any other setting (method hyper-parameters, lr, ...)
+    are different experiments, never seeds of one: append the differing settings to their labels."""
     labels = runs["label"].copy()
     for (_model, _task, label), grp in runs.groupby(["model", "task", "label"], dropna=False):
-        cfgs = {c: json.loads(c) for c in grp["method_config"].unique()}
-        if len(cfgs) < 2:
+        cfgs = {i: json.loads(runs.at[i, "settings"]) for i in grp.index}
+        keys = sorted({k for c in cfgs.values() for k in c if not _ignored(k)})
+        differing = [k for k in keys if len({json.dumps(c.get(k), sort_keys=True) for c in cfgs.values()}) > 1]
+        if not differing:
             continue
-        keys = sorted({k for c in cfgs.values() for k in c})
-        differing = [k for k in keys if k not in ("seed", "name", "advantage")
-                     and len({json.dumps(c.get(k), sort_keys=True) for c in cfgs.values()}) > 1]
-        for idx in grp.index:
-            c = cfgs[runs.at[idx, "method_config"]]
-            labels[idx] = label + "(" + ",".join(f"{k}={c.get(k)}" for k in differing) + ")"
+        for i in grp.index:
+            shown = ",".join(f"{k.removeprefix('method.')}={cfgs[i].get(k)}" for k in differing)
+            labels[i] = f"{label}({shown})"
     return labels
 
 
@@ -200,8 +225,7 @@ def _suite_rows(run_dir: str, step, suites: dict, source: str) -> list[dict]:
         weight = (n_problems * n_samples) if isinstance(n_problems, (int, float)) and isinstance(
             n_samples, (int, float)) else math.nan
         row = {"run_dir": run_dir, "step": step, "suite": res.get("suite", name), "metric": primary,
-               "value": math.nan if value is None else float(value),
-               "n_problems": n_problems, "weight": weight, "source": source}
+               "value": math.nan if value is None else float(value), "weight": weight, "source": source}
         for k in PROTOCOL_KEYS:
             row[k] = res.get(k)
         row["protocol"] = protocol_tag(res)
@@ -211,7 +235,7 @@ def _suite_rows(run_dir: str, step, suites: dict, source: str) -> list[dict]:
 
 def protocol_tag(res: dict) -> str:
     """``n=32,T=0.6,top_p=1.0,max_tokens=8192``: results with different tags are never averaged together."""
-    short = {"n_samples": "n", "temperature": "T"}
+    short = {"n_problems": "problems", "n_samples": "n", "temperature": "T"}
     return ",".join(f"{short.get(k, k)}={res.get(k)}" for k in PROTOCOL_KEYS)
 
 
@@ -274,8 +298,8 @@ def collect(paths: Iterable[str | Path]) -> Collection:
         if c not in ident.columns and metrics[c].dtype == object:
             metrics[c] = pd.to_numeric(metrics[c], errors="coerce")
 
-    evals = pd.DataFrame(eval_rows, columns=["run_dir", "step", "suite", "metric", "value", "n_problems", "weight",
-                                             "source", *PROTOCOL_KEYS, "protocol"])
+    evals = pd.DataFrame(eval_rows, columns=["run_dir", "step", "suite", "metric", "value", "weight", "source",
+                                             *PROTOCOL_KEYS, "protocol"])
     evals = evals.merge(ident, on="run_dir", how="left")
     return Collection(runs=runs, metrics=metrics, evals=evals, warnings=messages)
 

@@ -59,3 +59,15 @@ def test_labels_carry_estimator_and_differing_hyperparameters(runs_root, mk):
     mk(runs_root, "k", method="kl_cov", advantage="rloo")
     labels = sorted(collect([runs_root]).runs["label"])
     assert labels == ["entropy_bonus(coef=0.001)", "entropy_bonus(coef=0.01)", "kl_cov+rloo"]
+
+
+def test_runs_differing_in_training_settings_are_not_seeds_of_one_row(runs_root, mk):
+    import yaml
+
+    for name, lr, seed in [("a", 1e-3, 0), ("b", 1e-3, 1), ("c", 5e-4, 0)]:
+        d = mk(runs_root, name, seed=seed)
+        cfg = yaml.safe_load((d / "config.yaml").read_text())
+        cfg["train"] = {"lr": lr, "device": f"cuda:{seed}"}  # device is ignored, lr is not
+        (d / "config.yaml").write_text(yaml.safe_dump(cfg))
+    labels = collect([runs_root]).runs.set_index("seed", append=True)["label"]
+    assert sorted(labels) == ["grpo(train.lr=0.0005)", "grpo(train.lr=0.001)", "grpo(train.lr=0.001)"]

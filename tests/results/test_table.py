@@ -81,7 +81,7 @@ def test_mixed_protocols_refused_or_flagged(runs_root, mk, suite):
     assert len([c for c in lb.columns if c.startswith("arith [")]) == 2
     assert any(n.startswith("FLAG: arith has 2 protocols") for n in lb.notes)
     row = lb.rows.iloc[0]
-    assert row["arith [avg@4 | n=4,T=1.0,top_p=1.0,max_tokens=32]_mean"] == pytest.approx(50.0)
+    assert row["arith [avg@4 | problems=100,n=4,T=1.0,top_p=1.0,max_tokens=32]_mean"] == pytest.approx(50.0)
 
 
 def test_unknown_baseline_names_the_methods(runs_root, mk, suite):
