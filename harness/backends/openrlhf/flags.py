@@ -194,6 +194,10 @@ def method_flags(method, opts: OpenRLHFOptions) -> list[str]:
 
 def build_plan(config, run_dir: str | os.PathLike) -> LaunchPlan:
     """Validate ``config`` for this backend and build the launch (argv, env, plugin config). Starts nothing."""
+    if isinstance(config, Mapping):  # a plain dict: the shared schema's validation and defaults first
+        from harness.config import load_config
+
+        config = load_config(config)
     cfg = as_dict(config)
     if cfg.get("backend", "openrlhf") != "openrlhf":
         raise OpenRLHFConfigError(f"backend: {cfg.get('backend')!r}; the OpenRLHF launcher needs backend: openrlhf")

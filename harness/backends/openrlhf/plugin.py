@@ -182,9 +182,9 @@ def patch_ppo_actor(module) -> None:
         finally:
             STATE.rollout_step += 1
 
+    training_step.__wrapped_original__, ppo_train.__wrapped_original__ = orig_step, orig_train
     trainer_cls.training_step, trainer_cls.ppo_train = training_step, ppo_train
-    if getattr(method(), "scope", None) == "global":
-        module.iter_grad_accum_global_norm = make_planning_iterator(module.iter_grad_accum_global_norm)
+    module.iter_grad_accum_global_norm = make_planning_iterator(module.iter_grad_accum_global_norm)
 
 
 def patch_actor_model(module) -> None:
@@ -207,9 +207,13 @@ def patch_actor_model(module) -> None:
 
 
 def make_planning_iterator(orig_iter):
-    """Wrap ``iter_grad_accum_global_norm``: plan the selection over each optimizer-step window first."""
+    """Wrap ``iter_grad_accum_global_norm``: for scope: global, plan the selection over each optimizer-step
+    window before its first micro-batch is trained (decided per call, from the method)."""
 
     def planned(data_iter, strategy, accumulated_gradient, mask_fn):
+        if getattr(method(), "scope", None) != "global":  # micro_batch scope: the loss selects per micro-batch
+            yield from orig_iter(data_iter, strategy, accumulated_gradient, mask_fn)
+            return
         gas = max(int(accumulated_gradient), 1)
         window = []
         for item, info in orig_iter(data_iter, strategy, accumulated_gradient, mask_fn):
@@ -307,6 +311,7 @@ def patch_experience_maker(module) -> None:
                 e.info["cov/term"] = torch.full((e.action_mask.shape[0],), cov)
         return experiences
 
+    compute_advantages_and_returns.__wrapped_original__ = orig
     cls.compute_advantages_and_returns = compute_advantages_and_returns
 
 

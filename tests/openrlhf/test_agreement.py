@@ -1,0 +1,170 @@
+"""Our plugged loss and advantages equal OpenRLHF 0.11.2's built-in ones on the same tensors.
+
+grpo / rloo / clip_higher / entropy_bonus: loss value and gradient vs ``openrlhf.models.loss.PolicyLoss`` (plus
+its entropy term, ``aggregate_loss(entropy, mask, **loss_batch_info)``), with the global normalisers OpenRLHF
+passes (dp_size, batch_num_tokens, global_batch_size) and both aggregation modes; advantages vs upstream's
+``RemoteExperienceMaker.compute_advantages_and_returns`` (group_norm, rloo).
+"""
+
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+
+
+BUILTIN = {  # method config -> (OpenRLHF eps low/high, entropy coef)
+    "grpo": ({"name": "grpo"}, (0.2, 0.2), None),
+    "rloo": ({"name": "rloo"}, (0.2, 0.2), None),
+    "clip_higher": ({"name": "clip_higher"}, (0.2, 0.28), None),
+    "entropy_bonus": ({"name": "entropy_bonus", "coef": 0.01}, (0.2, 0.2), 0.01),
+}
+
+
+def _tensors(seed=0, B=6, T=9):
+    g = torch.Generator().manual_seed(seed)
+    mask = (torch.arange(T)[None] < torch.tensor([9, 7, 5, 9, 2, 6])[:, None]).float()
+    old = -torch.rand(B, T, generator=g) * 3
+    lp = (old + torch.randn(B, T, generator=g) * 0.4).requires_grad_(True)  # ratios well outside [0.8, 1.28]
+    adv = torch.randn(B, generator=g)[:, None].expand(B, T) * mask
+    ent = (torch.rand(B, T, generator=g) * 2).requires_grad_(True)
+    return lp, old, adv, mask, ent
+
+
+CASES = [(n, agg) for n in BUILTIN for agg in ("token-mean", "seq-mean-token-mean")
+         if not (BUILTIN[n][2] is not None and agg != "token-mean")]  # OpenRLHF's entropy term is always token-level
+
+
+@pytest.mark.parametrize("name,agg", CASES)
+def test_plugged_loss_equals_builtin(name, agg, configure):
+    from openrlhf.models.loss import PolicyLoss, aggregate_loss
+
+    from harness.backends.openrlhf.plugin import STATE, make_policy_loss_class
+
+    method, eps, coef = BUILTIN[name]
+    configure({**method, "agg": agg})
+    norms = {"dp_size": 2, "batch_num_tokens": torch.tensor(57.0), "global_batch_size": torch.tensor(11.0)}
+    kwargs = dict(clip_eps_low=eps[0], clip_eps_high=eps[1], token_level_loss=agg == "token-mean")
+
+    lp, old, adv, mask, ent = _tensors()
+    ref, ref_clip, ref_kl, *_ = PolicyLoss(**kwargs)(lp, old, adv, action_mask=mask, **norms)
+    if coef is not None:
+        ref = ref - coef * aggregate_loss(ent, mask, **norms)
+    ref_grads = torch.autograd.grad(ref, [lp, ent], allow_unused=True)
+
+    lp2, old2, adv2, mask2, ent2 = _tensors()
+    STATE.entropy = ent2
+    ours, clip, kl, vllm_kl, ratio = make_policy_loss_class(PolicyLoss)(**kwargs)(lp2, old2, adv2, action_mask=mask2,
+                                                                                  **norms)
+    grads = torch.autograd.grad(ours, [lp2, ent2], allow_unused=True)
+    STATE.entropy = None
+
+    assert vllm_kl is None and ratio is None
+    torch.testing.assert_close(ours, ref, rtol=1e-5, atol=1e-7)
+    torch.testing.assert_close(grads[0], ref_grads[0], rtol=1e-5, atol=1e-7)
+    if coef is not None:
+        torch.testing.assert_close(grads[1], ref_grads[1], rtol=1e-5, atol=1e-7)
+    torch.testing.assert_close(clip, ref_clip, rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(kl, ref_kl, rtol=1e-5, atol=1e-6)
+
+
+def test_eps_really_differs_so_the_test_can_fail(configure):
+    """Sanity: the same tensors give a different loss with clip-higher than with GRPO."""
+    from openrlhf.models.loss import PolicyLoss
+
+    lp, old, adv, mask, _ = _tensors()
+    a = PolicyLoss(0.2, 0.2)(lp, old, adv, action_mask=mask)[0]
+    b = PolicyLoss(0.2, 0.28)(lp, old, adv, action_mask=mask)[0]
+    assert abs(float((a - b).detach())) > 1e-4
+
+
+def test_micro_batch_accumulation_equals_mini_batch_token_mean(configure):
+    """Two micro-batches with OpenRLHF's window normalisers sum to the method's token-mean over the union."""
+    import harness
+    from openrlhf.models.loss import PolicyLoss
+
+    from harness.backends.openrlhf.plugin import make_policy_loss_class
+
+    configure({"name": "clip_higher"})
+    lp, old, adv, mask, _ = _tensors(seed=3)
+    n_tokens = mask.sum()
+    loss_fn = make_policy_loss_class(PolicyLoss)(0.2, 0.28)
+    total = sum(loss_fn(lp[r], old[r], adv[r], action_mask=mask[r], dp_size=1, batch_num_tokens=n_tokens,
+                        global_batch_size=torch.tensor(6.0))[0] for r in (slice(0, 2), slice(2, 6)))
+    whole = harness.get_method("clip_higher").policy_loss(lp, old, adv, mask).loss
+    torch.testing.assert_close(total, whole, rtol=1e-5, atol=1e-7)
+
+
+def _maker(estimator, n):
+    from openrlhf.trainer.ppo_utils.experience_maker import RemoteExperienceMaker
+
+    maker = RemoteExperienceMaker.__new__(RemoteExperienceMaker)
+    ns = SimpleNamespace
+    args = ns(rollout=ns(n_samples_per_prompt=n, max_new_tokens=None),
+              algo=ns(advantage=ns(estimator=estimator, gamma=1.0, lambd=1.0, no_std_norm=False)),
+              reward=ns(clip_range=(-10, 10), overlong_buffer_len=None, stop_properly_penalty_coef=None),
+              data=ns(max_len=64))
+    maker.strategy, maker.args, maker.advantage_estimator = ns(args=args), args, estimator
+    maker.kl_ctl = ns(value=0.0)
+    return maker
+
+
+def _experiences(n=4, groups=3, seed=0):
+    """Rollout split into micro-batches of 5 (groups straddle them), shuffled index order, ragged widths."""
+    from openrlhf.trainer.ppo_utils.experience import Experience
+
+    g = torch.Generator().manual_seed(seed)
+    total = n * groups
+    rewards = (torch.rand(total, generator=g) > 0.5).float()
+    rewards[:n] = 1.0  # one group with all-equal rewards (advantage 0, std 0)
+    order = torch.randperm(total, generator=g).tolist()
+    exps = []
+    for start in range(0, total, 5):
+        idx = order[start:start + 5]
+        width = 4 + start // 5
+        lengths = torch.randint(1, width + 1, (len(idx),), generator=g)
+        mask = torch.arange(width)[None] < lengths[:, None]
+        exps.append(Experience(action_mask=mask, rewards=rewards[idx].clone(), kl=torch.zeros(len(idx), width),
+                               action_log_probs=-torch.rand(len(idx), width, generator=g) * mask,
+                               index=list(idx), info={}))
+    return exps
+
+
+@pytest.mark.parametrize("name,estimator", [("grpo", "group_norm"), ("rloo", "rloo"), ("clip_higher", "group_norm")])
+def test_plugged_advantages_equal_builtin(name, estimator, configure):
+    import openrlhf.trainer.ppo_utils.experience_maker as em
+
+    from harness.backends.openrlhf import plugin
+
+    configure({"name": name})
+    cls = em.RemoteExperienceMaker
+    builtin = getattr(cls.compute_advantages_and_returns, "__wrapped_original__", cls.compute_advantages_and_returns)
+    ref = builtin(_maker(estimator, 4), _experiences())
+    ours = plugin.harness_advantages(_experiences(), 4)
+    assert len(ours) == len(ref)
+    nonzero = 0
+    for a, e in zip(ours, ref):
+        torch.testing.assert_close(a, e.advantages.float() * e.action_mask, rtol=1e-5, atol=2e-6)
+        nonzero += int((a.abs() > 1e-3).sum())
+    assert nonzero > 0
+
+
+def test_patched_compute_replaces_advantages_and_logs_cov_term(configure):
+    """The patched method keeps upstream's bookkeeping (returns, info) and writes our advantages + cov/term."""
+    from harness.backends.openrlhf import hook, plugin
+
+    configure({"name": "rloo"})
+    hook.install()
+    import openrlhf.trainer.ppo_utils.experience_maker as em
+
+    assert getattr(em, hook.PATCHED_FLAG, False)
+    exps = em.RemoteExperienceMaker.compute_advantages_and_returns(_maker("rloo", 4), _experiences())
+    expected = plugin.harness_advantages(_experiences(), 4)
+    for e, a in zip(exps, expected):
+        torch.testing.assert_close(e.advantages, a)
+        assert e.returns is not None and "return" in e.info
+        assert e.info["cov/term"].shape == (e.action_mask.shape[0],)
+    cov = exps[0].info["cov/term"][0].item()
+    a = torch.cat([e.advantages[e.action_mask] for e in exps])
+    lp = torch.cat([e.action_log_probs[e.action_mask] for e in exps])
+    assert cov == pytest.approx(float(((a - a.mean()) * (lp - lp.mean())).mean()), rel=1e-5)

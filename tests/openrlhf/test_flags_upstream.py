@@ -1,0 +1,95 @@
+"""Our launch flags go through OpenRLHF 0.11.2's real ``train_ppo_ray`` parser and validation for every method.
+
+``openrlhf.cli.train_ppo_ray`` runs as ``__main__`` exactly as the launcher runs it; ``get_strategy`` (the first
+thing ``train()`` does after Ray) is intercepted to capture the validated, hierarchised args.
+"""
+
+import runpy
+import sys
+
+import pytest
+
+import harness
+from harness.backends.openrlhf.flags import build_plan
+
+
+class Captured(Exception):
+    def __init__(self, args):
+        super().__init__("captured")
+        self.parsed = args
+
+
+def upstream_args(argv, monkeypatch):
+    import openrlhf.utils
+    import ray
+
+    def capture(args):
+        raise Captured(args)
+
+    monkeypatch.setattr(openrlhf.utils, "get_strategy", capture)
+    monkeypatch.setattr(ray, "is_initialized", lambda: True)
+    monkeypatch.setattr(sys, "argv", ["train_ppo_ray", *argv])
+    with pytest.raises(Captured) as info:
+        runpy.run_module("openrlhf.cli.train_ppo_ray", run_name="__main__", alter_sys=True)
+    return info.value.parsed
+
+
+def config(method, **train):
+    return {"backend": "openrlhf", "seed": 3, "method": method, "model": {"name": "Qwen/Qwen2.5-0.5B"},
+            "task": {"name": "/data/math.jsonl"},
+            "train": {"steps": 4, "prompts_per_step": 8, "samples_per_prompt": 4, "updates_per_rollout": 2,
+                      "micro_batch_size": 2, "lr": 1e-6, "max_new_tokens": 256, **train},
+            "openrlhf": {"nodes": 1, "gpus_per_node": 2}}
+
+
+EXPECTED = {  # method -> (estimator, eps low/high, entropy_coef, loss_agg_mode)
+    "grpo": ("group_norm", (0.2, 0.2), 0.0, "token-mean"),
+    "rloo": ("rloo", (0.2, 0.2), 0.0, "token-mean"),
+    "clip_higher": ("group_norm", (0.2, 0.28), 0.0, "token-mean"),
+    "entropy_bonus": ("group_norm", (0.2, 0.2), 1e-3, "token-mean"),
+    "clip_cov": ("group_norm", (1.0, 1.0), 0.0, "token-mean"),
+    "kl_cov": ("group_norm", (0.2, 0.2), 0.0, "token-mean"),
+}
+
+
+def test_every_method_but_prime_is_covered():
+    assert set(EXPECTED) | {"prime"} == set(harness.list_methods())
+
+
+@pytest.mark.parametrize("name", sorted(EXPECTED))
+def test_flags_parse_and_validate_upstream(name, monkeypatch, tmp_path):
+    plan = build_plan(config({"name": name}, dynamic_filtering=True), tmp_path / "run")
+    args = upstream_args(plan.argv, monkeypatch)
+    estimator, eps, coef, agg = EXPECTED[name]
+    assert args.algo.advantage.estimator == estimator
+    assert tuple(args.actor.eps_clip_low_high) == pytest.approx(eps)
+    assert args.actor.entropy_coef == pytest.approx(coef)
+    assert args.actor.loss_agg_mode == agg
+    assert args.critic.model_name_or_path is None  # no critic for group estimators
+    assert args.algo.kl.init_coef == 0.0
+    assert args.rollout.batch_size == 8 and args.rollout.n_samples_per_prompt == 4
+    assert args.train.batch_size == 16 and args.train.micro_batch_size == 2
+    assert args.actor.adam.lr == pytest.approx(1e-6) and args.actor.lr_scheduler == "constant"
+    assert args.train.seed == 3 and args.data.max_samples == 4 * 8 * 3  # dynamic filtering: x max_gen_batches
+    assert args.algo.dynamic_filtering_enable and list(args.algo.dynamic_filtering_range) == [0.0, 1.0]
+    assert args.reward.remote_url[0].endswith("harness/backends/openrlhf/reward.py")
+    assert args.ckpt.path == str(tmp_path / "run" / "checkpoints" / "openrlhf")
+    assert args.train.colocate_all and args.vllm.num_engines == 2
+
+
+def test_dr_grpo_and_seq_mean_and_kl_loss(monkeypatch, tmp_path):
+    cfg = config({"name": "grpo", "std_normalize": False, "agg": "seq-mean-token-mean"})
+    cfg["openrlhf"].update(kl_coef=0.001, kl_use_loss=True, log_entropy=False,
+                           extra_flags={"--vllm.enforce_eager": True, "--ds.adam_offload": False})
+    args = upstream_args(build_plan(cfg, tmp_path).argv, monkeypatch)
+    assert args.algo.advantage.estimator == "dr_grpo"
+    assert args.actor.loss_agg_mode == "seq-mean-token-mean"
+    assert args.algo.kl.use_loss and args.algo.kl.init_coef == pytest.approx(1e-3) and args.algo.kl.estimator == "k3"
+    assert args.actor.entropy_coef is None
+    assert args.vllm.enforce_eager and not args.ds.adam_offload
+
+
+def test_upstream_rejects_a_bad_flag_so_the_check_can_fail(monkeypatch, tmp_path):
+    argv = build_plan(config({"name": "grpo"}), tmp_path).argv + ["--algo.advantage.estimator", "nope"]
+    with pytest.raises(SystemExit):
+        upstream_args(argv, monkeypatch)

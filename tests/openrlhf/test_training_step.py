@@ -1,0 +1,126 @@
+"""Our loss and advantages inside OpenRLHF's real ``ActorPPOTrainer.training_step`` (tiny random Llama, CPU).
+
+The trainer, the Actor (log-probs, entropy), ``aggregate_loss`` normalisers and the metric plumbing are
+OpenRLHF's own; only DeepSpeed is replaced by a one-process strategy (``FakeStrategy``).
+"""
+
+import pytest
+import torch
+
+from orl_testlib import make_experience, trainer_args
+
+
+def _params(trainer):
+    return torch.cat([p.detach().flatten().clone() for p in trainer.actor.parameters()])
+
+
+def _norms(exp, dp=1):
+    n = exp.action_mask.float().sum()
+    return {"dp_size": dp, "batch_num_tokens": n, "global_batch_size": torch.tensor(float(exp.action_mask.shape[0]))}
+
+
+@pytest.mark.parametrize("method,coef", [
+    ({"name": "kl_cov", "k_ratio": 0.1}, 0.0),
+    ({"name": "clip_cov", "clip_ratio": 0.1, "cov_lb": -10.0, "cov_ub": 10.0}, 0.0),
+    ({"name": "entropy_bonus", "coef": 0.05}, 0.05),
+    ({"name": "grpo"}, None),
+])
+def test_training_step_runs_our_method(method, coef, configure, make_trainer):
+    plugin = configure(method)
+    trainer = make_trainer(trainer_args(entropy_coef=coef))
+    assert type(trainer.actor_loss_fn).__name__ == "HarnessPolicyLoss"
+    exp = make_experience(batch=4)
+    before = _params(trainer)
+    status = trainer.training_step(exp, kl_ctl=0.0, step=0, loss_batch_info=_norms(exp))
+    after = _params(trainer)
+    assert not torch.equal(before, after), "parameters did not change"
+    metrics = status["metrics"]
+    assert torch.isfinite(metrics["policy_loss"]).all()
+    assert "ppo_clip_ratio" in metrics and "ppo_kl" in metrics
+    if method["name"] in ("kl_cov", "clip_cov"):
+        frac = float(metrics["selected/frac"])
+        assert 0 < frac <= 0.5, frac
+        assert "cov/mean" in metrics
+    if coef is not None:
+        assert metrics["harness/entropy"].shape == (4,)
+        assert 3.0 < float(metrics["harness/entropy"].mean()) < 4.3  # ~ln 64 for a random model
+        assert "entropy_loss" in metrics
+    else:
+        assert "harness/entropy" not in metrics
+    assert trainer.args.actor.entropy_coef == coef  # restored after the step
+    assert plugin.STATE.entropy is None
+
+
+def test_entropy_bonus_counted_once(configure, make_trainer):
+    """With the bonus in our loss and upstream's term switched off for the step, the gradient equals
+    OpenRLHF's built-in (PolicyLoss - coef * aggregate_loss(entropy)) computed on the same model."""
+    import openrlhf.trainer.ray.ppo_actor as ppo_actor
+
+    from harness.backends.openrlhf.plugin import make_policy_loss_class
+
+    configure({"name": "entropy_bonus", "coef": 0.5})
+    exp = make_experience(batch=3, seed=5)
+
+    def grads(trainer):
+        trainer.strategy.optimizer_step = lambda *a, **k: None
+        trainer.training_step(exp, kl_ctl=0.0, step=0, loss_batch_info=_norms(exp))
+        return torch.cat([p.grad.flatten() for p in trainer.actor.parameters() if p.grad is not None])
+
+    ours = grads(make_trainer(trainer_args(entropy_coef=0.5), seed=1))
+    builtin_cls = ppo_actor.PolicyLoss.__mro__[1]  # OpenRLHF's own PolicyLoss
+    assert builtin_cls.__name__ == "PolicyLoss"
+    original = ppo_actor.PolicyLoss
+    orig_step = ppo_actor.ActorPPOTrainer.training_step
+    try:
+        ppo_actor.PolicyLoss = builtin_cls
+        ppo_actor.ActorPPOTrainer.training_step = orig_step.__wrapped_original__
+        ref = grads(make_trainer(trainer_args(entropy_coef=0.5), seed=1))
+    finally:
+        ppo_actor.PolicyLoss = original
+        ppo_actor.ActorPPOTrainer.training_step = orig_step
+    torch.testing.assert_close(ours, ref, rtol=1e-4, atol=1e-7)
+    assert make_policy_loss_class  # imported for the class relationship above
+
+
+def test_global_scope_plan_is_independent_of_micro_batching(configure, make_trainer):
+    """scope: global plans once per optimizer window over all its micro-batches: the union of the per-micro
+    plans equals one select_tokens over the whole mini-batch, whatever the split."""
+    import harness
+    import openrlhf.trainer.ray.ppo_actor as ppo_actor
+
+    method = {"name": "kl_cov", "k_ratio": 0.15, "scope": "global"}
+    configure(method)
+    trainer = make_trainer(trainer_args())
+    assert ppo_actor.iter_grad_accum_global_norm.__name__ == "planned"
+    full = make_experience(batch=6, seed=2)
+    # whole-batch reference selection with the current policy
+    with torch.no_grad():
+        lp = trainer.actor(full.sequences, full.action_mask, attention_mask=full.attention_mask)
+    m = harness.get_method("kl_cov", k_ratio=0.15, scope="global")
+    expected = m.select_tokens(lp, full.action_log_probs, full.advantages, full.action_mask)
+    assert 0 < int(expected.sum()) < int(full.action_mask.sum())
+
+    from openrlhf.trainer.ppo_utils.experience import Experience
+
+    def split(rows):
+        return [Experience(sequences=full.sequences[r], attention_mask=full.attention_mask[r],
+                           action_mask=full.action_mask[r], action_log_probs=full.action_log_probs[r],
+                           advantages=full.advantages[r], info={}) for r in rows]
+
+    from harness.backends.openrlhf import plugin
+
+    plugin.STATE.trainer = trainer
+    for rows in ([slice(0, 2), slice(2, 4), slice(4, 6)], [slice(0, 3), slice(3, 6)]):
+        micro = split(rows)
+        items = list(ppo_actor.iter_grad_accum_global_norm(iter(micro), trainer.strategy, len(micro),
+                                                           lambda e: e.action_mask))
+        assert [it for it, _ in items] == micro
+        plan = torch.cat([e._harness_selected for e in micro])
+        assert torch.equal(plan, expected)
+
+    # and the training step uses the plan: selected/frac in the step equals the plan's share of its tokens
+    micro = split([slice(0, 3), slice(3, 6)])
+    list(ppo_actor.iter_grad_accum_global_norm(iter(micro), trainer.strategy, 2, lambda e: e.action_mask))
+    status = trainer.training_step(micro[0], kl_ctl=0.0, step=0, loss_batch_info=_norms(micro[0]))
+    want = float(micro[0]._harness_selected.sum() / micro[0].action_mask.sum())
+    assert float(status["metrics"]["selected/frac"]) == pytest.approx(want)
