@@ -1,0 +1,198 @@
+"""Run every claim experiment, write report.json, report.md and the figures."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from contextlib import contextmanager
+
+import numpy as np
+import torch
+
+from . import compare, covmethods, dynamics, entreg
+from . import methods as M
+
+CLAIMS = [dynamics.lemma_iv1, dynamics.lemma_iv2, dynamics.prop_iv1, dynamics.thm_iv1, entreg.thm_v1, entreg.thm_v2,
+          entreg.cor_v1, covmethods.prop_vi1, covmethods.thm_vi1, covmethods.thm_vi2, compare.thm_vii1,
+          compare.thm_vii2, compare.thm_vii3, compare.thm_vii4, compare.prop_vii1]
+
+
+def _g(d, *keys):
+    for k in keys:
+        d = d[k]
+    return d
+
+
+SUMMARY = {
+    "lemma_iv1": lambda e: f"max |closed form - autograd| = {e['worst']:.1e}",
+    "lemma_iv2": lambda e: f"error order in eta {min(e['error_order_in_eta']):.2f}-{max(e['error_order_in_eta']):.2f}",
+    "prop_iv1": lambda e: (f"bandit error {e['bandit_max_abs_error']:.0e}; tree child logits off by "
+                           f"{e['tree_child_relative_error_as_stated']:.1f}x (rel.) without d(s), "
+                           f"{e['tree_max_abs_error_with_d(s)']:.0e} with it"),
+    "thm_iv1": lambda e: ("error order {:.2f} (vanilla), {:.2f} (natural); rel. error at eta=1e-4 <= {:.1e}".format(
+        min(x["order"] for x in e["bandit_K1000"]["vanilla"]), min(x["order"] for x in e["bandit_K1000"]["natural"]),
+        max(x["rel_err_eta_1e-4"] for v in e["bandit_K1000"].values() for x in v))),
+    "thm_v1": lambda e: (f"alpha*eta*Var(log pi) overstates the extra term {min(x['paper_over_measured'] for x in e['bandits']):.0f}"
+                         f"-{max(x['paper_over_measured'] for x in e['bandits']):.0f}x; exact form "
+                         f"sum pi^2 (log pi - mu)^2 matches to {e['max_rel_err_exact_form']:.0e}"),
+    "thm_v2": lambda e: "reward gap of softmax(r/alpha): " + ", ".join(
+        f"{x['alpha']}: {x['gap_E*[r]-E_reg[r]']:.3g}" for x in e["per_alpha"]),
+    "cor_v1": lambda e: ("usable alpha window {:.2f} decades wide (after T steps), moves {:.1f} decade per 10x reward "
+                         "scale".format(e["window_width_decades"]["scale_1.0/after_T"],
+                                        e["window_shift_decades_for_10x_reward_scale"])),
+    "prop_vi1": lambda e: ("identity error {:.0e}; dH = -eta(1-r)Cov_eff to {:.0e} rel., -eta Cov_eff off by "
+                           "{:.3f} at r={}".format(e["max_identity_abs_error"],
+                                                   max(x["rel_err_dH_vs_-eta(1-r)Cov_eff_at_1e-4"] for x in e["cases"]),
+                                                   e["cases"][1]["rel_err_dH_vs_-eta_Cov_eff_at_1e-4"],
+                                                   e["cases"][1]["r=|I|/N"])),
+    "thm_vi1": lambda e: ("paper form exact ({:.0e}); harness |log r| penalty = sign form ({:.0e}), "
+                          "vs paper form rel. error {:.2f}-{:.2f}".format(
+                              e["paper_form_autograd_max_abs_error"],
+                              max(x["rel_err_sign_form"] for x in e["harness_kl_cov"]),
+                              min(x["rel_err_paper_-beta(pi-pi_old)_on_selected"] for x in e["harness_kl_cov"]),
+                              max(x["rel_err_paper_-beta(pi-pi_old)_on_selected"] for x in e["harness_kl_cov"]))),
+    "thm_vi2": lambda e: "P(penalty raises H): " + "; ".join(
+        f"{k}: {v['harness']:.2f}" for k, v in e["P(penalty raises entropy)"].items()) + " (harness)",
+    "thm_vii1": lambda e: ("variance vs PG: reg {:.3f}, Clip-Cov {:.3f}, KL-Cov {:.3f}; bias density over logits "
+                           "Clip-Cov {:.2f}, KL-Cov {:.2f}".format(
+                               e["methods"]["entropy_reg"]["variance_ratio_to_pg"],
+                               e["methods"]["clip_cov"]["variance_ratio_to_pg"],
+                               e["methods"]["kl_cov"]["variance_ratio_to_pg"],
+                               e["methods"]["clip_cov"]["bias_density_over_logits"],
+                               e["methods"]["kl_cov"]["bias_density_over_logits"])),
+    "thm_vii2": lambda e: "max ratio (best |grad|^2)/bound = {:.2f}".format(
+        max(x["max_T min_t|grad|^2 / bound"] for x in e["runs"])),
+    "thm_vii3": lambda e: "gap at T: " + ", ".join(f"{k}: {v['gap_at_T']:.2g}" for k, v in e["final"].items()),
+    "thm_vii4": lambda e: ("P(gamma_reg > gamma_base) = {:.2f} (alpha 0.01), {:.2f} (0.1), {:.2f} (1); "
+                           "KL-Cov first update ratio 1".format(*(v["P(gamma_reg > gamma_base)"]
+                                                                  for v in e["entropy_reg"].values()))),
+    "prop_vii1": lambda e: ("harness top-k == linear-time selection: {}; ns/token at 2^20: KL-Cov {:.0f}, "
+                            "Clip-Cov {:.0f}, sort {:.0f}, introselect {:.1f}".format(
+                                all(e["harness_topk_equals_linear_time_selection"]),
+                                *(e["ns_per_token_at_N=2^20"][k] for k in ("kl_cov.select_tokens",
+                                                                           "clip_cov.select_tokens", "torch.sort",
+                                                                           "numpy.partition (introselect)")))),
+}
+
+
+@contextmanager
+def one_thread():
+    """One intra-op thread: timings and speed are steadier on a shared CPU."""
+    old = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(old)
+
+
+def run_all(only: list[str] | None = None) -> dict:
+    claims, timing = [], {}
+    with one_thread():
+        for fn in CLAIMS:
+            if only and fn.__name__ not in only:
+                continue
+            t0 = time.perf_counter()
+            rec = fn()
+            timing[rec["id"]] = round(time.perf_counter() - t0, 3)
+            rec["seconds"] = timing[rec["id"]]
+            try:
+                rec["summary"] = SUMMARY[rec["id"]](rec["evidence"])
+            except (KeyError, IndexError, TypeError, ValueError) as e:  # a summary must never hide a result
+                rec["summary"] = f"(summary unavailable: {e})"
+            claims.append(rec)
+    return {"claims": claims, "method_source": M.source(M.get("kl_cov")), "torch": torch.__version__,
+            "seconds_total": round(sum(timing.values()), 2)}
+
+
+def write(report: dict, out: str) -> None:
+    os.makedirs(out, exist_ok=True)
+    tmp = os.path.join(out, "report.json.tmp")
+    with open(tmp, "w") as f:
+        json.dump(report, f, indent=1, default=float)
+    os.replace(tmp, os.path.join(out, "report.json"))
+    figures(report, out)
+    with open(os.path.join(out, "report.md"), "w") as f:
+        f.write(markdown(report))
+
+
+def verdict_table(report: dict) -> str:
+    rows = ["| claim | verdict | measured |", "| --- | --- | --- |"]
+    rows += [f"| `{c['id']}` | {c['verdict']} | {c.get('summary', '')} |" for c in report["claims"]]
+    return "\n".join(rows)
+
+
+def markdown(report: dict) -> str:
+    out = ["# Theory lab report", "",
+           f"Exact float64 experiments on softmax policies; Clip-Cov / KL-Cov through the harness's own code "
+           f"(source: `{report['method_source']}`). Total compute {report['seconds_total']} s.", "",
+           verdict_table(report), ""]
+    for c in report["claims"]:
+        out += [f"## `{c['id']}`: {c['verdict']}", "", f"**Claim.** {c['statement']}", "",
+                f"**Experiment.** {c['experiment']}", "", f"**Measured.** {c.get('summary', '')}", ""]
+        if c.get("conditions"):
+            out += [f"**Conditions.** {c['conditions']}", ""]
+        if c.get("supported_statement"):
+            out += [f"**What the numbers support.** {c['supported_statement']}", ""]
+        if c.get("note"):
+            out += [f"**Note.** {c['note']}", ""]
+        if c.get("figure"):
+            out += [f"![{c['id']}]({c['figure']})", ""]
+    return "\n".join(out)
+
+
+def figures(report: dict, out: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    by = {c["id"]: c for c in report["claims"]}
+    if "thm_iv1" in by:
+        e = by["thm_iv1"]["evidence"]
+        eta = np.array(e["etas"])
+        fig, ax = plt.subplots(figsize=(5, 3.6))
+        for name, errs in e["error_curve_seed0"].items():
+            ax.loglog(eta, errs, "o-", label=f"{name} PG: |dH - first-order|")
+        ref = e["error_curve_seed0"]["vanilla"][0] * (eta / eta[0]) ** 2
+        ax.loglog(eta, ref, "k--", lw=0.8, label="slope 2")
+        ax.set_xlabel("step size eta")
+        ax.set_ylabel("error of -eta Cov prediction")
+        ax.set_title("Theorem IV.1: first-order error is O(eta^2)")
+        ax.legend(fontsize=7)
+        fig.tight_layout()
+        fig.savefig(os.path.join(out, "first_order.png"), dpi=110)
+        plt.close(fig)
+    if "cor_v1" in by:
+        curves = by["cor_v1"]["evidence"]["curves"]
+        fig, axes = plt.subplots(1, 2, figsize=(9, 3.6))
+        for key, c in curves.items():
+            a = np.array(c["alpha"])
+            axes[0].semilogx(a, c["entropy_after_T"], "o-", ms=3, label=f"{key}: after 300 steps")
+            axes[0].semilogx(a, c["stationary_entropy"], ":", label=f"{key}: stationary")
+            axes[1].semilogx(a, c["gap_after_T_over_scale"], "o-", ms=3, label=f"{key}: after 300 steps")
+            axes[1].semilogx(a, c["stationary_gap_over_scale"], ":", label=f"{key}: stationary")
+        axes[0].set_ylabel("policy entropy")
+        axes[1].set_ylabel("reward gap / reward scale")
+        for ax in axes:
+            ax.set_xlabel("entropy coefficient alpha")
+            ax.legend(fontsize=6)
+        fig.suptitle("Corollary V.1: alpha sensitivity (K=100 bandit)")
+        fig.tight_layout()
+        fig.savefig(os.path.join(out, "alpha_sensitivity.png"), dpi=110)
+        plt.close(fig)
+    if "thm_vii3" in by:
+        curves = by["thm_vii3"]["evidence"]["curves"]
+        fig, ax = plt.subplots(figsize=(5.5, 3.8))
+        for name, gaps in curves.items():
+            ax.loglog(np.arange(1, len(gaps) + 1), gaps, label=name)
+        ax.axhline(by["thm_vii3"]["evidence"]["entropy_bonus_stationary_gap_softmax(r/alpha)"], color="k", ls=":",
+                   lw=0.8, label="softmax(r/alpha) gap")
+        ax.set_xlabel("rollout")
+        ax.set_ylabel("reward gap to optimum")
+        ax.set_title("Theorem VII.3: bias of each method")
+        ax.legend(fontsize=6)
+        fig.tight_layout()
+        fig.savefig(os.path.join(out, "unbiasedness.png"), dpi=110)
+        plt.close(fig)
