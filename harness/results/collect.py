@@ -160,6 +160,8 @@ def _run_info(run_dir: Path) -> dict:
 def _detail(run_dir: Path, result: dict | None) -> str:
     """Why a run is not usable, for the MISSING note."""
     if result is None:
+        if (run_dir / "result.json").is_file():
+            return "result.json unreadable"
         if (run_dir / "job_error.json").is_file():
             return "no result.json; job_error.json present"
         return "no result.json" + ("" if (run_dir / "metrics.jsonl").is_file() else ", no metrics yet")

@@ -123,6 +123,8 @@ def build_leaderboard(col: Collection | None, baseline: str | None = None, refer
         ref_rows, ref_notes = _reference_rows(reference)
         rows += ref_rows
         notes += ref_notes
+        if col is not None:
+            notes += _protocol_vs_paper(ev)
         for s in PAPER_SUITES:
             if s not in suite_cols:
                 suite_cols.append(s)
@@ -172,6 +174,28 @@ def _reference_rows(name: str) -> tuple[list[dict], list[str]]:
             "Paper suite weights (evaluation rows): "
             + ", ".join(f"{s}={int(w)}" for s, w in weights.items()))
     return rows, [note]
+
+
+def _protocol_vs_paper(ev: pd.DataFrame) -> list[str]:
+    """A note for every run suite that is one of the paper's but was evaluated under another protocol."""
+    proto = load_protocol().set_index("suite")
+    out = []
+    for suite, grp in ev.groupby("suite"):
+        if suite not in proto.index:
+            continue
+        p = proto.loc[suite]
+        want = (int(p["n_problems"]), int(p["n_samples"]), float(p["temperature"]), int(p["max_tokens"]))
+        for _, r in grp.drop_duplicates("protocol").iterrows():
+            got = tuple(r[k] for k in ("n_problems", "n_samples", "temperature", "max_tokens"))
+            try:
+                same = (int(got[0]), int(got[1]), float(got[2]), int(got[3])) == want
+            except (TypeError, ValueError):
+                same = False
+            if not same:
+                out.append(f"FLAG: runs' {suite} protocol ({r['protocol']}) differs from the paper's "
+                           f"(problems={want[0]},n={want[1]},T={want[2]},max_tokens={want[3]}): "
+                           "the columns are not directly comparable")
+    return out
 
 
 def _check_baseline(table: pd.DataFrame, baseline: str | None) -> str | None:

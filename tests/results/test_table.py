@@ -118,3 +118,25 @@ def test_cli_table(runs_root, mk, suite, capsys, tmp_path):
     dest = tmp_path / "lb.csv"
     assert main(["table", str(runs_root), "--format", "csv", "--out", str(dest)]) == 0
     assert pd.read_csv(dest).shape[0] == 2
+
+
+def test_reference_flags_runs_evaluated_under_another_protocol(runs_root, mk, suite):
+    mk(runs_root, "a", suites={"AIME24": suite("AIME24", 0.2, n_problems=30, n_samples=32, temperature=0.6,
+                                                max_tokens=8192),
+                               "MATH-500": suite("MATH-500", 0.7, n_problems=500, n_samples=4, temperature=0.6,
+                                                 max_tokens=8192)})
+    lb = build_leaderboard(collect([runs_root]), reference="paper")
+    flags = [n for n in lb.notes if n.startswith("FLAG: runs'")]
+    assert len(flags) == 1 and flags[0].startswith("FLAG: runs' math500 protocol (problems=500,n=4,T=0.6")
+    run = _row(lb, "grpo")
+    assert run["aime24_mean"] == pytest.approx(20.0) and run["math500_mean"] == pytest.approx(70.0)
+    # run suites line up with the paper's columns: weights 30*32 and 500*4
+    assert run["avg_samples_mean"] == pytest.approx((20 * 960 + 70 * 2000) / 2960)
+
+
+def test_unreadable_result_json_is_missing(runs_root, mk):
+    d = mk(runs_root, "a")
+    (d / "result.json").write_text("{not json")
+    with pytest.warns(UserWarning, match="result.json: unreadable"):
+        col = collect([runs_root])
+    assert col.runs.iloc[0]["status"] == "missing" and col.runs.iloc[0]["detail"] == "result.json unreadable"
