@@ -112,6 +112,10 @@ def build_leaderboard(col: Collection | None, baseline: str | None = None, refer
             for c in suite_cols + AVG_COLS:
                 row[f"{c}_mean"], row[f"{c}_std"], row[f"{c}_n"] = _stats(grp[c])
             rows.append(row)
+            seeds = grp["seed"].dropna()
+            if seeds.duplicated().any():
+                notes.append(f"FLAG: {model} {label} has several runs with the same seed "
+                             f"({', '.join(sorted(grp.index))}); each counts in n")
         notes.append("Scores in percent: mean ± sample std over seeds (n = seeds with a value). "
                      "avg (suites) = plain mean of suites; avg (samples) = mean over all evaluation samples "
                      "(suite weight n_problems × n_samples), as the paper's Avg.")
@@ -119,6 +123,10 @@ def build_leaderboard(col: Collection | None, baseline: str | None = None, refer
         missing = _missing_text(col)
         if missing:
             notes.append(missing)
+        no_eval = sorted(set(col.completed["run_dir"]) - set(ev["run_dir"]))
+        if no_eval:
+            notes.append(f"NO EVAL: {len(no_eval)} completed run(s) have no eval results, left out: "
+                         + "; ".join(no_eval))
     if reference:
         ref_rows, ref_notes = _reference_rows(reference)
         rows += ref_rows

@@ -140,3 +140,13 @@ def test_unreadable_result_json_is_missing(runs_root, mk):
     with pytest.warns(UserWarning, match="result.json: unreadable"):
         col = collect([runs_root])
     assert col.runs.iloc[0]["status"] == "missing" and col.runs.iloc[0]["detail"] == "result.json unreadable"
+
+
+def test_duplicate_seeds_and_runs_without_eval_are_flagged(runs_root, mk):
+    mk(runs_root, "a", seed=0)
+    mk(runs_root, "b", seed=0)
+    mk(runs_root, "c", seed=1, suites={})
+    lb = build_leaderboard(collect([runs_root]))
+    assert any(n.startswith("FLAG: pocket-1m grpo has several runs with the same seed") for n in lb.notes)
+    assert any(n.startswith("NO EVAL: 1 completed run(s)") and n.endswith("/c") for n in lb.notes)
+    assert _row(lb, "grpo")["arith_n"] == 2
