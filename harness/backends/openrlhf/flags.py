@@ -65,7 +65,7 @@ class OpenRLHFOptions:
 
 
 def _close(name, known) -> str:
-    close = difflib.get_close_matches(str(name), sorted(known), n=3, cutoff=0.5)
+    close = difflib.get_close_matches(str(name), sorted(known), n=3, cutoff=0.4)
     return f" Did you mean {' or '.join(map(repr, close))}?" if close else ""
 
 

@@ -1,0 +1,101 @@
+"""Metrics bridge (OpenRLHF status -> metrics.jsonl / result.json) and the never-raising reward function."""
+
+import json
+
+import pytest
+import torch
+
+from harness.backends.openrlhf import bridge, reward
+
+
+STATUS = {"rollout/reward_mean": 0.25, "reward": 0.3, "harness/entropy": 0.8, "ppo_clip_ratio": 0.01,
+          "ppo_kl": -0.002, "rollout/response_length_mean": 120.0, "actor_lr": 5e-7, "timing/generation": 3.0,
+          "timing/ppo_train": 2.0, "cov/mean": 0.004, "cov/top_0.02pct": 1.5, "selected/frac": 0.002,
+          "reward/grading_failures": 0.0, "actor_grad_norm": 0.7, "entropy_loss": 0.79,
+          "generated_samples": ["text", 1.0], "bad": float("nan")}
+
+
+def test_status_to_metrics_row():
+    row = bridge.to_harness_metrics(STATUS, 7, prev_entropy=1.0, wall_s=12.5)
+    assert row == {
+        "step": 7, "reward/mean": 0.25, "entropy": 0.8, "entropy/delta": pytest.approx(-0.2), "clipfrac": 0.01,
+        "ppo_kl": -0.002, "response/length": 120.0, "lr": 5e-7, "time/rollout": 3.0, "time/update": 2.0,
+        "cov/mean": 0.004, "cov/top_0.02pct": 1.5, "selected/frac": 0.002, "reward/grading_failures": 0.0,
+        "openrlhf/reward": 0.3, "openrlhf/actor_grad_norm": 0.7, "openrlhf/entropy_loss": 0.79,
+        "time/wall": 12.5}
+
+
+def test_missing_is_missing_not_zero():
+    row = bridge.to_harness_metrics({"policy_loss": 0.1}, 1)
+    assert row == {"step": 1, "openrlhf/policy_loss": 0.1}
+    assert "entropy" not in row and "entropy/delta" not in row
+
+
+def test_result_json_from_metrics(tmp_path):
+    for step in range(1, 11):
+        bridge.append_metrics(tmp_path, {"step": step, "entropy": 1.0 - step / 20, "reward/mean": step / 10,
+                                         "time/rollout": 1.0, "time/update": 2.0})
+    bridge.append_metrics(tmp_path, {"step": 10, "entropy": 99.0})  # replayed step after a resume: ignored
+    method = {"name": "kl_cov", "advantage": "grpo", "k_ratio": 0.002}
+    payload = bridge.build_result({"model": {"name": "m"}, "task": {"name": "t"}, "seed": 2}, tmp_path,
+                                  "completed", 42.0, "abc123abc123", method)
+    path = bridge.write_result(tmp_path, payload)
+    got = json.loads(path.read_text())
+    assert got["schema_version"] == 1 and got["backend"] == "openrlhf" and got["status"] == "completed"
+    assert got["method"] == "kl_cov" and got["advantage"] == "grpo" and got["steps"] == 10
+    assert got["summary"] == {"entropy_start": pytest.approx(0.95), "entropy_end": pytest.approx(0.5),
+                              "reward_start": pytest.approx(0.1), "reward_end": pytest.approx(1.0)}
+    assert got["timing"] == {"rollout_s": 10.0, "update_s": 20.0}
+    assert len((tmp_path / "metrics.jsonl").read_text().splitlines()) == 10
+
+
+def test_reward_grades_math():
+    out = reward.reward_func(["<prompt>Q? The answer is \\boxed{\\frac{1}{2}}", "<prompt>Q? \\boxed{3}",
+                              "<prompt>no box"], ["<prompt>Q?", "<prompt>Q?", "<prompt>"], ["0.5", "4", "1"])
+    assert out["rewards"].tolist() == [1.0, 0.0, 0.0]
+    assert torch.equal(out["scores"], out["rewards"])
+    assert out["extra_logs"]["reward/grading_failures"].tolist() == [0.0, 0.0, 0.0]
+
+
+def test_reward_only_grades_the_response():
+    # the prompt's own \boxed{} must not count
+    out = reward.reward_func(["Example: \\boxed{7}. Answer:"], ["Example: \\boxed{7}. Answer:"], ["7"])
+    assert out["rewards"].tolist() == [0.0]
+
+
+@pytest.mark.parametrize("queries,prompts,labels", [
+    (["\\boxed{1}"], None, None),
+    (["\\boxed{1}"], [None], [object()]),
+    ([None], ["p"], ["1"]),
+    ([], [], []),
+    (["\\boxed{1}", "\\boxed{2}"], ["a"], ["1"]),   # ragged inputs
+])
+def test_reward_never_raises_on_odd_input(queries, prompts, labels):
+    out = reward.reward_func(queries, prompts, labels)
+    assert out["rewards"].shape == (len(queries),)
+
+
+def test_grading_error_is_reward_zero_and_counted(monkeypatch):
+    def broken():
+        raise ImportError(reward.MISSING_EXTRA)
+
+    monkeypatch.setattr(reward, "_pool", broken)
+    out = reward.reward_func(["\\boxed{1}", "\\boxed{2}"], ["", ""], ["1", "2"])
+    assert out["rewards"].tolist() == [0.0, 0.0]
+    assert out["extra_logs"]["reward/grading_failures"].tolist() == [1.0, 1.0]
+
+
+def test_missing_eval_extra_message_names_it(monkeypatch):
+    import builtins
+
+    real_import = builtins.__import__
+
+    def no_math_verify(name, *a, **k):
+        if name == "math_verify":
+            raise ImportError("No module named 'math_verify'")
+        return real_import(name, *a, **k)
+
+    monkeypatch.setattr(reward, "_POOL", None)
+    monkeypatch.setattr(builtins, "__import__", no_math_verify)
+    with pytest.raises(ImportError, match=r"entropy-harness\[eval\]"):
+        reward._pool()
