@@ -167,12 +167,12 @@ def figures(report: dict, out: str) -> None:
     if "cor_v1" in by:
         curves = by["cor_v1"]["evidence"]["curves"]
         fig, axes = plt.subplots(1, 2, figsize=(9, 3.6))
-        for key, c in curves.items():
+        for (key, c), color in zip(curves.items(), ("C0", "C3")):
             a = np.array(c["alpha"])
-            axes[0].semilogx(a, c["entropy_after_T"], "o-", ms=3, label=f"{key}: after 300 steps")
-            axes[0].semilogx(a, c["stationary_entropy"], ":", label=f"{key}: stationary")
-            axes[1].semilogx(a, c["gap_after_T_over_scale"], "o-", ms=3, label=f"{key}: after 300 steps")
-            axes[1].semilogx(a, c["stationary_gap_over_scale"], ":", label=f"{key}: stationary")
+            axes[0].semilogx(a, c["entropy_after_T"], "o-", ms=3, color=color, label=f"{key}: after 300 steps")
+            axes[0].semilogx(a, c["stationary_entropy"], ":", color=color, label=f"{key}: stationary")
+            axes[1].semilogx(a, c["gap_after_T_over_scale"], "o-", ms=3, color=color, label=f"{key}: after 300 steps")
+            axes[1].semilogx(a, c["stationary_gap_over_scale"], ":", color=color, label=f"{key}: stationary")
         axes[0].set_ylabel("policy entropy")
         axes[1].set_ylabel("reward gap / reward scale")
         for ax in axes:
