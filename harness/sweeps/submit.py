@@ -97,7 +97,7 @@ def _submit_array(ex, group, dirs, target, folder, gname, report, log) -> None:
         log(f"sbatch refused group {gname} ({len(group)} cells, e.g. {group[0].alias}): {message}")
         return
     for c, d, job in zip(group, dirs, jobs):
-        C.record_job(d, job.job_id, "slurm", folder, gname)
+        C.record_job(d, job.job_id, "slurm", folder / "%j", gname)
         report.submitted.append(c.id)
         report.job_ids[c.id] = job.job_id
     log(f"submitted group {gname}: {len(group)} cells as array job {jobs[0].job_id.split('_')[0]}")
@@ -110,7 +110,7 @@ def _run_local(ex, group, dirs, target, folder, gname, report, parallel, bar) ->
         while queue and len(running) < parallel:
             c, d = queue.pop(0)
             job = ex.submit(CellJob(target), str(d))
-            C.record_job(d, job.job_id, "local", folder, gname)
+            C.record_job(d, job.job_id, "local", folder / "%j", gname)
             report.submitted.append(c.id)
             report.job_ids[c.id] = job.job_id
             running.append(job)
@@ -124,7 +124,7 @@ def _run_local(ex, group, dirs, target, folder, gname, report, parallel, bar) ->
 def _run_debug(ex, group, dirs, target, folder, gname, report, bar) -> None:
     for c, d in zip(group, dirs):
         job = ex.submit(CellJob(target), str(d))
-        C.record_job(d, job.job_id, "debug", folder, gname)
+        C.record_job(d, job.job_id, "debug", folder / "%j", gname)
         report.submitted.append(c.id)
         report.job_ids[c.id] = job.job_id
         try:

@@ -7,7 +7,8 @@ A cell's config holds ``behaviour``; ``behave(cell_dir)`` acts it out and writes
     forever         sleep for an hour (to be cancelled or to hit its time limit)
     steps:N         N one-second steps, checkpointing the step count in checkpoints/state.json after each;
                     a requeued attempt resumes from it (result.json records the attempts)
-    at:T            wait until the Unix time T, then finish (many cells finishing together)
+    barrier:N       mark this cell ready, wait (up to 120 s) until N cells of the sweep are ready, then finish at
+                    once (many array tasks finishing together); only reads the sibling cell directories
 ``validate`` is a tiny schema for these configs (unknown keys are errors), standing in for load_config.
 """
 
@@ -30,8 +31,8 @@ def validate(raw: dict) -> dict:
         if k not in KEYS:
             raise ValueError(f"{k}: unknown key. Allowed keys: {', '.join(KEYS)}")
     b = str(raw.get("behaviour", "ok"))
-    if b.split(":")[0] not in ("ok", "raise", "sleep", "forever", "steps", "at"):
-        raise ValueError(f"behaviour: {b!r} is not allowed. Allowed: ok, raise, sleep:S, forever, steps:N, at:T")
+    if b.split(":")[0] not in ("ok", "raise", "sleep", "forever", "steps", "barrier"):
+        raise ValueError(f"behaviour: {b!r} is not allowed. Allowed: ok, raise, sleep:S, forever, steps:N, barrier:N")
     return dict(raw)
 
 
@@ -47,8 +48,11 @@ def behave(cell_dir: str) -> dict:
         time.sleep(float(arg))
     elif kind == "forever":
         time.sleep(3600)
-    elif kind == "at":
-        time.sleep(max(0.0, float(arg) - time.time()))
+    elif kind == "barrier":
+        (d / "ready").write_text(str(os.getpid()))
+        deadline = time.time() + 120
+        while len(list(d.parent.glob("*/ready"))) < int(arg) and time.time() < deadline:
+            time.sleep(0.05)
     elif kind == "steps":
         state_file = d / "checkpoints" / "state.json"
         state = json.loads(state_file.read_text()) if state_file.exists() else {"step": 0, "attempts": 0}
