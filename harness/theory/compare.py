@@ -73,9 +73,18 @@ def thm_vii1(batches: int = 300, n_tok: int = 256) -> dict:
         diff = torch.cov(ups["entropy_reg"].T) - torch.cov(ups[name].T)
         res[name]["min_eig(Cov_reg - Cov_this)"] = float(torch.linalg.eigvalsh(diff).min())
     res["entropy_reg"]["max_abs(Cov_reg - Cov_pg)"] = float((torch.cov(ups["entropy_reg"].T) - cov_pg).abs().max())
-    not_psd = any(res[n]["min_eig(Cov_reg - Cov_this)"] < -1e-6 * res["pg"]["total_variance"]
-                  for n in ("clip_cov", "kl_cov"))
-    more_var = any(res[n]["variance_ratio_to_pg"] > 1.0 for n in ("clip_cov", "kl_cov"))
+    boot = np.random.default_rng(0)
+    for name in ("clip_cov", "kl_cov"):
+        ratios, eigs = [], []
+        for _ in range(200):  # bootstrap over batches (same resample for both methods)
+            idx = torch.as_tensor(boot.integers(0, batches, batches))
+            cp, cm = torch.cov(ups["pg"][idx].T), torch.cov(ups[name][idx].T)
+            ratios.append(float(torch.trace(cm) / torch.trace(cp)))
+            eigs.append(float(torch.linalg.eigvalsh(cp - cm).min()))
+        res[name]["variance_ratio_95ci"] = [float(np.quantile(ratios, 0.025)), float(np.quantile(ratios, 0.975))]
+        res[name]["min_eig_95ci"] = [float(np.quantile(eigs, 0.025)), float(np.quantile(eigs, 0.975))]
+    not_psd = any(res[n]["min_eig_95ci"][1] < 0 for n in ("clip_cov", "kl_cov"))  # negative beyond noise
+    more_var = any(res[n]["variance_ratio_95ci"][0] > 1.0 for n in ("clip_cov", "kl_cov"))
     return claim(
         "thm_vii1", "Structure: dtheta_reg = dtheta_pg + alpha grad H (dense bias), dtheta_cov = dtheta_pg + beta B_cov "
                     "(sparse bias); Cov(dtheta_reg) - Cov(dtheta_cov) is PSD: covariance methods have variance no "
@@ -86,7 +95,7 @@ def thm_vii1(batches: int = 300, n_tok: int = 256) -> dict:
                    "group-normalised advantages, evaluated at an off-policy point (one step after pi_old); logit "
                    "update = -grad of each method's own harness loss (grpo-like pg = kl_cov with beta 0, "
                    "entropy_bonus coef 0.05 without PPO clip, clip_cov ratio 0.02 lb 1 ub 5, kl_cov k 0.02 beta 1); common random "
-                   "numbers across methods",
+                   "numbers across methods; 95% bootstrap intervals over batches",
         supported="the decomposition holds (entropy regularisation adds a deterministic, dense shift, so its "
                   "variance equals PG's exactly). The covariance methods' bias is sparse in tokens (a few % of "
                   "tokens) but dense over logits: each token's gradient (e_y - pi) touches every logit. Their update "
@@ -162,6 +171,8 @@ def thm_vii3(outer: int = 200, inner: int = 2) -> dict:
     configs = {
         "pg (kl_cov beta 0)": (M.get("kl_cov", k_ratio=0.05, beta=0.0), False),
         "kl_cov beta 1 constant": (M.get("kl_cov", k_ratio=0.05, beta=1.0), False),
+        "kl_cov beta 0.25 constant": (M.get("kl_cov", k_ratio=0.05, beta=0.25), False),
+        "kl_cov k 2e-3 (official) beta 1 constant": (M.get("kl_cov", k_ratio=2e-3, beta=1.0), False),
         "kl_cov beta 1 annealed": (harness.get_method("kl_cov", k_ratio=0.05, beta=1.0, beta_schedule="linear",
                                                       anneal_steps=outer), False),
         f"entropy_bonus {alpha}": (harness.get_method("entropy_bonus", coef=alpha, eps_low=1e3, eps_high=1e3), True),
@@ -195,6 +206,7 @@ def thm_vii3(outer: int = 200, inner: int = 2) -> dict:
     annealed_ok = not plateau("kl_cov beta 1 annealed") and final["kl_cov beta 1 annealed"]["gap_at_T"] < 0.25 * star_gap
     ent_biased = plateau(f"entropy_bonus {alpha}")
     const_biased = plateau("kl_cov beta 1 constant")
+    weak_plateau = {n: plateau(n) for n in ("kl_cov beta 0.25 constant", "kl_cov k 2e-3 (official) beta 1 constant")}
     smooth_ok = not plateau("paper KL(pi_old||pi), beta 1 constant (exact)")
     ok = annealed_ok and ent_biased
     return claim(
@@ -203,18 +215,21 @@ def thm_vii3(outer: int = 200, inner: int = 2) -> dict:
         ("holds under conditions" if const_biased or not smooth_ok else "holds") if ok else "does not hold as stated",
         {"K": k, "rollouts": outer, "inner_updates": inner, "final": final,
          "entropy_bonus_stationary_gap_softmax(r/alpha)": star_gap, "constant_beta_plateaus": const_biased,
+         "weaker_penalties_plateau": weak_plateau,
          "paper_smooth_kl_constant_beta_unbiased": smooth_ok, "curves": curves},
         experiment=f"K=10 bandit (rewards 0..1), {outer} rollouts x {inner} updates; each rollout is a population "
                    "batch of 2000 tokens from pi_old with exact advantages; updates are gradients of the harness "
-                   "losses (kl_cov beta 0 = PG; kl_cov beta 1 constant; kl_cov beta 1 linearly annealed to 0 by its "
+                   "losses (kl_cov beta 0 = PG; kl_cov k 0.05 with beta 1 and 0.25 constant; kl_cov k 2e-3 beta 1; kl_cov beta 1 linearly annealed to 0 by its "
                    f"own schedule; entropy_bonus {alpha}); plus the paper's smooth full-KL penalty computed exactly; "
                    "a plateau = gap(T)/gap(T/2) > 0.8",
-        conditions="annealing is what removes the bias for the official/harness KL-Cov: its |log r| penalty "
-                   "pulls with constant strength beta*k per selected token however close pi is to pi_old, so with "
-                   "constant beta and several updates per rollout it balances the vanishing policy gradient at a "
-                   "non-stationary point (plateau in the evidence). With the paper's smooth KL(pi_old || pi) the "
-                   "penalty vanishes at pi = pi_old and even constant beta is unbiased" if (const_biased and smooth_ok)
-        else "see the evidence",
+        conditions="annealed KL-Cov converges to the optimum and the entropy bonus stalls at the gap of "
+                   "softmax(r/alpha), as claimed. Annealing is needed only for the official/harness |log r| penalty "
+                   "and only when it is strong: its pull on a selected token has strength beta whatever |log r| is, "
+                   "so with several updates per rollout a strong constant penalty (beta 1, k 0.05) balances the "
+                   "vanishing policy gradient at a non-optimal point (plateau), while weaker ones (beta 0.25, or the "
+                   "official k = 2e-3) kept converging over 200 rollouts (weaker_penalties_plateau). With the paper's "
+                   "smooth KL(pi_old || pi) the penalty vanishes at pi = pi_old and even constant beta is unbiased"
+        if (const_biased and smooth_ok) else "see the evidence",
         supported=None if ok else "annealed KL-Cov did not converge or entropy bonus was not biased here",
         figure="unbiasedness.png")
 
@@ -271,7 +286,8 @@ def thm_vii4(instances: int = 200, eps: float = 0.01) -> dict:
                   "shrinks the margin only when it raises the Fisher norm of the step; when the PG step sharpens the "
                   "policy (the collapse regime) grad H opposes it and a moderate alpha widens the margin "
                   "(probabilities in the evidence). KL-Cov leaves the first on-policy update exactly unchanged "
-                  "(ratio 1); Clip-Cov removes part of the step and widens the margin" if widen > 0 else None)
+                  "(ratio 1); Clip-Cov changes the margin by a few percent either way (ratios in the evidence)"
+                  if widen > 0 else None)
 
 
 def linear_topk(values: np.ndarray, k: int) -> np.ndarray:
