@@ -20,7 +20,7 @@ import seaborn as sns  # noqa: E402
 
 from .collect import Collection  # noqa: E402
 from .fit import fit_groups, fit_size_trend  # noqa: E402
-from .points import run_points  # noqa: E402
+from .points import run_points, score_series  # noqa: E402
 
 COV_GROUPS = [("cov/top_0.02pct", "top 0.02%"), ("cov/top_0.2pct", "top 0.2%"), ("cov/top_2pct", "top 2%"),
               ("cov/top_20pct", "top 20%"), ("cov/top_50pct", "top 50%"), ("cov/mean", "all")]
@@ -69,10 +69,11 @@ def plot_reward(col, out_dir, include_incomplete=False, formats=("png", "pdf")):
 
 
 def plot_score(col, out_dir, score_key, include_incomplete=False, formats=("png", "pdf")):
+    """The validation score over training, including the eval before the first update (step 0)."""
     if not score_key.startswith("eval/"):
         raise NoData(f"score_vs_step: score key {score_key!r} is not a validation score")
-    return _curve(_completed(col, include_incomplete), score_key, score_key, "Validation score vs step",
-                  Path(out_dir), "score_vs_step", formats)
+    s = score_series(col, score_key, include_incomplete).rename(columns={"score": score_key})
+    return _curve(s, score_key, score_key, "Validation score vs step", Path(out_dir), "score_vs_step", formats)
 
 
 def plot_law(col, out_dir, score_key, include_incomplete=False, formats=("png", "pdf")):

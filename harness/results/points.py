@@ -38,17 +38,44 @@ def resolve_score_key(col: Collection, score_key: str = "auto") -> str:
     raise ValueError(f"no score to fit: the runs logged neither eval/<suite>/<metric> nor {REWARD_KEY}")
 
 
+_IDENT = ["run_dir", "model", "model_params", "task", "label", "seed", "status"]
+
+
+def score_series(col: Collection, score_key: str, include_incomplete: bool = False) -> pd.DataFrame:
+    """(ident..., step, score) for every step that has the score. For ``eval/<suite>/<metric>`` the eval files
+    are read too, so the eval before training (``eval/step_0.json``) is included."""
+    m = col.metrics
+    if score_key not in m.columns:
+        raise ValueError(f"score key {score_key!r} is not in any metrics.jsonl")
+    parts = [m[["run_dir", "step", score_key]].rename(columns={score_key: "score"})]
+    if score_key.startswith("eval/") and score_key.count("/") >= 2:
+        suite, metric = score_key[len("eval/"):].rsplit("/", 1)
+        ev = col.evals[(col.evals["suite"] == suite) & (col.evals["metric"] == metric)]
+        parts.append(ev[["run_dir", "step", "value"]].rename(columns={"value": "score"}))
+    scores = pd.concat(parts, ignore_index=True).dropna(subset=["score"])
+    scores = scores.drop_duplicates(["run_dir", "step"], keep="first")
+    scores = scores.merge(col.runs[_IDENT], on="run_dir", how="left")
+    if not include_incomplete:
+        scores = scores[scores["status"] == "completed"]
+    return scores.sort_values(["run_dir", "step"]).reset_index(drop=True)
+
+
 def run_points(col: Collection, score_key: str, entropy_key: str = ENTROPY_KEY,
                include_incomplete: bool = False) -> pd.DataFrame:
-    """Rows (run_dir, model, model_params, label, seed, step, entropy, score) with both values, in step order."""
+    """Rows (run_dir, model, model_params, label, seed, step, entropy, score) with both values, in step order.
+
+    Each score is paired with the entropy of the same policy. ``entropy`` and ``reward/mean`` on step t are
+    measured on step t's rollout, before step t's update: they pair on the same step. An eval logged at step t
+    scores the policy after t updates, whose entropy is logged on step t+1: eval scores pair with the next
+    step's entropy (so the eval before training pairs with step 1, and the final eval has no partner)."""
     m = col.metrics
     if entropy_key not in m.columns:
         raise ValueError(f"entropy key {entropy_key!r} is not in any metrics.jsonl")
-    if not include_incomplete:
-        m = m[m["status"] == "completed"]
-    pts = m[["run_dir", "model", "model_params", "task", "label", "seed", "step", entropy_key, score_key]].rename(
-        columns={entropy_key: "entropy", score_key: "score"})
-    pts = pts.dropna(subset=["entropy", "score"])
+    scores = score_series(col, score_key, include_incomplete)
+    ent = m[["run_dir", "step", entropy_key]].rename(columns={entropy_key: "entropy"}).dropna()
+    if score_key.startswith("eval/"):
+        ent = ent.assign(step=ent["step"] - 1)  # entropy of the policy after step-1 updates
+    pts = scores.merge(ent, on=["run_dir", "step"], how="inner")
     return pts.sort_values(["run_dir", "step"]).reset_index(drop=True)
 
 

@@ -21,7 +21,9 @@ def suite_result(name, value, n_problems=100, n_samples=4, temperature=1.0, top_
 def make_run(root, name, *, method="grpo", advantage="grpo", model="pocket-1m", model_params=1_000_000,
              seed=0, task="arith", steps=30, suites=None, law=(0.2, 0.9), h0=1.0, decay=0.08, noise=0.0,
              status="completed", write_result=True, eval_every=5, method_config=None, extra_lines=()):
-    """Write one run dir: metrics follow H_t = h0·exp(-decay·t) and R_t = -a·exp(H_t) + b (+ noise)."""
+    """Write one run dir. Step t logs the entropy of its rollout, H_t = h0·exp(-decay·t) (the policy after t-1
+    updates), and reward/mean = -a·exp(H_t) + b (+ noise); the eval at step t scores the policy after t
+    updates, so its score is -a·exp(H_{t+1}) + b, exactly on the law (also for eval/step_0.json)."""
     d = Path(root) / name
     (d / "eval").mkdir(parents=True, exist_ok=True)
     a, b = law
@@ -42,10 +44,13 @@ def make_run(root, name, *, method="grpo", advantage="grpo", model="pocket-1m", 
             rec["entropy/delta"] = h - ent[-2]
         if t % eval_every == 0:
             for s, res in suites.items():
-                rec[f"eval/{s}/{res['primary']}"] = -a * math.exp(h) + b
+                rec[f"eval/{s}/{res['primary']}"] = -a * math.exp(h0 * math.exp(-decay * (t + 1))) + b
         lines.append(json.dumps(rec))
     lines[len(lines) // 2:len(lines) // 2] = list(extra_lines)
     (d / "metrics.jsonl").write_text("\n".join(lines) + "\n")
+    first = {s: {**res, "metrics": {res["primary"]: -a * math.exp(h0 * math.exp(-decay)) + b}}
+             for s, res in suites.items()}
+    (d / "eval" / "step_0.json").write_text(json.dumps({"step": 0, "suites": first}))
     ev = {"step": steps, "suites": suites}
     (d / "eval" / f"step_{steps}.json").write_text(json.dumps(ev))
     if write_result:

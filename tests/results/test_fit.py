@@ -131,3 +131,18 @@ def test_cli_fit_argument_errors(runs_root, mk, tmp_path, capsys):
     assert "score key 'reward/max' is not in any metrics.jsonl" in capsys.readouterr().err
     assert main(["fit", str(runs_root), "--predict-size", "1e9"]) == 2
     assert "--predict-size needs law fits for at least two model sizes" in capsys.readouterr().err
+
+
+def test_scores_pair_with_the_entropy_of_the_same_policy(runs_root, mk):
+    from harness.results.collect import collect
+    from harness.results.points import run_points
+
+    d = mk(runs_root, "r", steps=4, eval_every=2, h0=1.0, decay=0.5)
+    col = collect([d])
+    ev = run_points(col, "eval/arith/avg@4").set_index("step")
+    # eval at step t (policy after t updates) <-> entropy logged at step t+1; the final eval (4) has no partner
+    assert list(ev.index) == [0, 2]
+    assert ev.loc[0, "entropy"] == pytest.approx(math.exp(-0.5)) and ev.loc[2, "entropy"] == pytest.approx(
+        math.exp(-1.5))
+    rw = run_points(col, "reward/mean").set_index("step")
+    assert list(rw.index) == [1, 2, 3, 4] and rw.loc[2, "entropy"] == pytest.approx(math.exp(-1.0))
