@@ -49,6 +49,15 @@ def split_model_path(model: str) -> tuple[str, dict]:
     return model, {}
 
 
+def check_model_path(model: str) -> None:
+    """A path-looking model that does not exist is a clear error (not a hub lookup)."""
+    looks_local = model.startswith(("/", "./", "../", "~")) or os.path.exists(model)
+    if looks_local and not os.path.exists(os.path.expanduser(model)):
+        raise FileNotFoundError(f"model path {model} does not exist")
+    if not looks_local and model.count("/") != 1:
+        raise FileNotFoundError(f"model {model} is neither a local directory nor a hub id (org/name)")
+
+
 def chat_format(tokenizer, prompt: str, chat: bool | None) -> str:
     has_template = bool(getattr(tokenizer, "chat_template", None))
     if chat is False or (chat is None and not has_template):
@@ -73,9 +82,13 @@ class HFEngine(Engine):
         self.model_id = model
         self.device = device or ("cuda" if torch.cuda.is_available() else "cpu")
         path, extra = split_model_path(model)
-        if model_obj is None and not (os.path.isdir(path) or "/" in path):
-            raise FileNotFoundError(f"model {model} is neither a local directory nor a hub id (org/name)")
-        self.tokenizer = tokenizer or AutoTokenizer.from_pretrained(path, **extra)
+        if model_obj is None:
+            check_model_path(model)
+        try:
+            self.tokenizer = tokenizer or AutoTokenizer.from_pretrained(path, **extra)
+        except OSError as e:
+            raise FileNotFoundError(f"could not load the tokenizer of model {model}: {str(e).splitlines()[0]}. "
+                                    "Pass a local HF model directory or a .gguf file (offline: no hub access)") from None
         self.tokenizer.padding_side = "left"
         if self.tokenizer.pad_token_id is None:
             self.tokenizer.pad_token = self.tokenizer.eos_token

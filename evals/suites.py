@@ -334,6 +334,5 @@ def resolve_suites(spec: str | list[str]) -> list[Suite]:
     names = [s.strip() for s in (spec.split(",") if isinstance(spec, str) else spec) if s.strip()]
     if not names:
         raise ValueError("no suites given; known suites: " + ", ".join(list_suites()))
-    if any(n.startswith("pocket") for n in names):
-        _ensure_pocket_suites()
+    _ensure_pocket_suites()
     return [SUITES.get(n) for n in names]
