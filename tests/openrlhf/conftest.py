@@ -18,7 +18,7 @@ import torch
 from harness.backends.openrlhf import cpu_stubs
 
 sys.path.insert(0, str(Path(__file__).parent))
-from orl_testlib import FakeStrategy, plugin_config  # noqa: E402
+from orl_testlib import DEVICE, FakeStrategy, plugin_config  # noqa: E402
 
 os.environ["HARNESS_OPENRLHF_CPU_STUBS"] = "1"
 cpu_stubs.install()
@@ -80,7 +80,7 @@ def make_trainer(tiny_model_dir, monkeypatch):
 
     def _make(args, accumulated_gradient=1, seed=0):
         torch.manual_seed(seed)
-        actor = Actor(tiny_model_dir, attn_implementation="eager", param_dtype="bf16").float()
+        actor = Actor(tiny_model_dir, attn_implementation="eager", param_dtype="bf16").float().to(DEVICE)
         optim = torch.optim.AdamW(actor.parameters(), lr=1e-2)
         sched = torch.optim.lr_scheduler.LambdaLR(optim, lambda _: 1.0)
         strategy = FakeStrategy(args, accumulated_gradient)

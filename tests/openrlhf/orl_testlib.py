@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import os
 from types import SimpleNamespace
 
 import torch
+
+# scripts/gpu_smoke.sh runs the training-step tests on CUDA with HARNESS_OPENRLHF_TEST_DEVICE=cuda
+DEVICE = os.environ.get("HARNESS_OPENRLHF_TEST_DEVICE", "cpu")
 
 
 def plugin_config(method: dict, run_dir="/tmp/harness-openrlhf-test", steps=0, seed=0) -> dict:
@@ -69,5 +73,7 @@ def make_experience(batch=4, prompt_len=3, action_len=5, seed=0, vocab=64, adv=N
     old = -torch.rand(batch, action_len, generator=g) * 4 - 0.5
     if adv is None:
         adv = torch.randn(batch, generator=g)[:, None].expand(batch, action_len).clone()
-    return Experience(sequences=sequences, attention_mask=attention_mask, action_mask=action_mask,
-                      action_log_probs=old * action_mask, advantages=adv * action_mask, info={})
+    exp = Experience(sequences=sequences, attention_mask=attention_mask, action_mask=action_mask,
+                     action_log_probs=old * action_mask, advantages=adv * action_mask, info={})
+    exp.to_device(torch.device(DEVICE))
+    return exp

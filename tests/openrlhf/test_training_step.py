@@ -16,7 +16,8 @@ def _params(trainer):
 
 def _norms(exp, dp=1):
     n = exp.action_mask.float().sum()
-    return {"dp_size": dp, "batch_num_tokens": n, "global_batch_size": torch.tensor(float(exp.action_mask.shape[0]))}
+    b = torch.tensor(float(exp.action_mask.shape[0]), device=n.device)
+    return {"dp_size": dp, "batch_num_tokens": n, "global_batch_size": b}
 
 
 @pytest.mark.parametrize("method,coef", [

@@ -64,7 +64,7 @@ def test_full_argv_golden(tmp_path):
         "--data.prompt_dataset", "/data/dapo.jsonl",
         "--data.input_key", "prompt", "--data.label_key", "answer", "--data.apply_chat_template",
         "--data.max_len", "3072", "--data.max_samples", "160",
-        "--train.num_episodes", "1", "--train.seed", "1",
+        "--train.num_episodes", "10", "--train.seed", "1",
         "--rollout.batch_size", "16", "--rollout.n_samples_per_prompt", "8",
         "--rollout.max_new_tokens", "1024", "--rollout.temperature", "1.0", "--rollout.top_p", "1.0",
         "--rollout.micro_batch_size", "4",
@@ -82,12 +82,23 @@ def test_full_argv_golden(tmp_path):
         "--actor.gradient_checkpointing_enable",
         "--ckpt.path", os.path.join(run, "checkpoints", "openrlhf"),
         "--ckpt.output_dir", os.path.join(run, "checkpoints", "final"),
-        "--ckpt.save_steps", "5", "--ckpt.max_num", "2", "--ckpt.load_enable",
+        "--ckpt.save_steps", "5", "--ckpt.max_num", "2", "--ckpt.load_enable", "--ckpt.save_hf",
         "--logger.logging_steps", "1", "--eval.steps", "-1",
     ]
     assert plan.plugin["method"]["name"] == "grpo" and plan.plugin["steps"] == 10
     assert plan.plugin["run_dir"] == run and len(plan.plugin["run_id"]) == 12
     assert flags.PLUGIN_ENV in plan.env
+
+
+def test_model_dtype_and_dynamic_filtering(tmp_path):
+    cfg = config(dynamic_filtering=True, max_gen_batches=3)
+    cfg["model"]["dtype"] = "float16"
+    argv = build_plan(cfg, tmp_path).argv
+    assert argv[argv.index("--ds.param_dtype") + 1] == "fp16"
+    assert argv[argv.index("--train.num_episodes") + 1] == "30"  # steps x max_gen_batches passes at most
+    assert argv[argv.index("--data.max_samples") + 1] == str(10 * 16 * 3)
+    assert argv[argv.index("--algo.dynamic_filtering_enable") + 1:][:3] == ["--algo.dynamic_filtering_range",
+                                                                            "0.0", "1.0"]
 
 
 def test_logging_and_extra_flags(tmp_path):

@@ -239,6 +239,8 @@ def build_plan(config, run_dir: str | os.PathLike) -> LaunchPlan:
         raise OpenRLHFConfigError(f"openrlhf.reward: file not found: {opts.reward}")
     reward = REWARD_FILE if opts.reward == "math" else os.path.abspath(opts.reward)
     max_new = int(train.get("max_new_tokens", 1024))
+    # model.dtype picks the DeepSpeed dtype when it is a half type; float32 (the pocket default) -> openrlhf.param_dtype
+    param_dtype = {"bfloat16": "bf16", "float16": "fp16"}.get(str(model.get("dtype")), opts.param_dtype)
     ckpt_every = int(train.get("checkpoint_every", 0))
     max_gen = int(train.get("max_gen_batches", 1)) if train.get("dynamic_filtering") else 1
 
@@ -252,7 +254,8 @@ def build_plan(config, run_dir: str | os.PathLike) -> LaunchPlan:
         # steps * prompts prompts feed `steps` rollouts; the plugin stops after `steps` (dynamic filtering
         # consumes extra prompts, up to max_gen_batches per step)
         "--data.max_samples", str(steps * prompts * max_gen),
-        "--train.num_episodes", "1",
+        # passes over the prompt set: an upper bound (a small set is re-used); the plugin stops after `steps`
+        "--train.num_episodes", str(steps * max_gen),
         "--train.seed", str(seed),
         "--rollout.batch_size", str(prompts),
         "--rollout.n_samples_per_prompt", str(n),
@@ -279,13 +282,13 @@ def build_plan(config, run_dir: str | os.PathLike) -> LaunchPlan:
         "--vllm.num_engines", str(engines), "--vllm.tensor_parallel_size", str(opts.vllm_tp),
         "--vllm.gpu_memory_utilization", _num(float(opts.vllm_gpu_memory_utilization)),
         *(["--train.colocate_all", "--vllm.enable_sleep", "--ds.enable_sleep"] if opts.colocate else []),
-        "--ds.zero_stage", str(opts.zero_stage), "--ds.param_dtype", opts.param_dtype,
+        "--ds.zero_stage", str(opts.zero_stage), "--ds.param_dtype", param_dtype,
         "--ds.attn_implementation", opts.attn_implementation,
         *(["--actor.gradient_checkpointing_enable"] if opts.gradient_checkpointing else []),
         "--ckpt.path", os.path.join(run_dir, "checkpoints", "openrlhf"),
         "--ckpt.output_dir", os.path.join(run_dir, "checkpoints", "final"),
         "--ckpt.save_steps", str(ckpt_every if ckpt_every > 0 else -1),
-        "--ckpt.max_num", "2", "--ckpt.load_enable",
+        "--ckpt.max_num", "2", "--ckpt.load_enable", "--ckpt.save_hf",
         "--logger.logging_steps", "1",
         "--eval.steps", "-1",
     ]

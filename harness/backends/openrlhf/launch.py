@@ -1,6 +1,7 @@
 """Start OpenRLHF with the harness hook: ``python -m harness.backends.openrlhf.launch RUN_DIR -- <flags>``.
 
-Starts (or joins, with ``RAY_ADDRESS``) Ray with ``worker_process_setup_hook`` = our hook and the plugin config
+Starts (or joins, with ``RAY_ADDRESS``; on a multi-node SLURM allocation task 0 starts a head and the other
+tasks join it) Ray with ``worker_process_setup_hook`` = our hook and the plugin config
 in every worker's environment, then runs OpenRLHF's own entry point (``openrlhf.cli.train_ppo_ray`` as
 ``__main__``, so all its argument validation applies). ``train()`` skips its ``ray.init`` when Ray is up.
 """
@@ -58,6 +59,43 @@ def expand(argv: list[str]) -> list[str]:
     return out
 
 
+def slurm_nodes() -> list[str]:
+    """Hostnames of this SLURM job's nodes (empty outside a multi-node SLURM step)."""
+    if int(os.environ.get("SLURM_NNODES", "1")) <= 1 or "SLURM_JOB_NODELIST" not in os.environ:
+        return []
+    out = subprocess.run(["scontrol", "show", "hostnames", os.environ["SLURM_JOB_NODELIST"]],
+                         capture_output=True, text=True, check=True)
+    return out.stdout.split()
+
+
+def ray_port() -> int:
+    return 6379 + int(os.environ.get("SLURM_JOB_ID", "0")) % 1000
+
+
+def join_or_start_cluster(nodes: list[str], timeout_s: float = 600.0) -> str | None:
+    """Multi-node SLURM (one task per node): task 0 starts a Ray head and waits for every node; the other
+    tasks join it and block until it stops (then exit 0). Returns the head address on task 0."""
+    import ray
+
+    head, port = nodes[0], ray_port()
+    address = f"{head}:{port}"
+    if int(os.environ.get("SLURM_PROCID", "0")) != 0:
+        deadline = time.time() + timeout_s
+        while subprocess.run(["ray", "start", f"--address={address}", "--block"]).returncode != 0:
+            if time.time() > deadline:
+                raise SystemExit(f"could not join the Ray head at {address}")
+            time.sleep(10)
+        raise SystemExit(0)
+    subprocess.run(["ray", "start", "--head", f"--port={port}", "--include-dashboard=false"], check=True)
+    ray.init(address=address, runtime_env=runtime_env())
+    deadline = time.time() + timeout_s
+    while len([n for n in ray.nodes() if n.get("Alive")]) < len(nodes):
+        if time.time() > deadline:
+            raise SystemExit(f"only {len(ray.nodes())} of {len(nodes)} nodes joined Ray at {address}")
+        time.sleep(5)
+    return address
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if len(argv) < 2 or argv[1] != "--":
@@ -74,6 +112,9 @@ def main(argv: list[str] | None = None) -> int:
     run_dir = Path(argv[0])
     run_dir.mkdir(parents=True, exist_ok=True)
     hook.install()
+    nodes = [] if os.environ.get("RAY_ADDRESS") else slurm_nodes()
+    if nodes:
+        join_or_start_cluster(nodes)  # only task 0 returns; the others exit when the head stops
     t0, status = time.time(), "failed"
     try:
         if not ray.is_initialized():
@@ -88,6 +129,8 @@ def main(argv: list[str] | None = None) -> int:
         write_result(run_dir, status, time.time() - t0)
         if ray.is_initialized():
             ray.shutdown()
+        if nodes:
+            subprocess.run(["ray", "stop"])  # the other nodes' `ray start --block` then return
     return 0
 
 
