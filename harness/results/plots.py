@@ -21,6 +21,7 @@ import seaborn as sns  # noqa: E402
 from .collect import Collection  # noqa: E402
 from .fit import fit_groups, fit_size_trend  # noqa: E402
 from .points import run_points, score_series  # noqa: E402
+from .table import METHOD_ORDER  # noqa: E402
 
 COV_GROUPS = [("cov/top_0.02pct", "top 0.02%"), ("cov/top_0.2pct", "top 0.2%"), ("cov/top_2pct", "top 2%"),
               ("cov/top_20pct", "top 20%"), ("cov/top_50pct", "top 50%"), ("cov/mean", "all")]
@@ -28,6 +29,17 @@ COV_GROUPS = [("cov/top_0.02pct", "top 0.02%"), ("cov/top_0.2pct", "top 0.2%"), 
 
 class NoData(ValueError):
     """The runs did not log what a figure needs."""
+
+
+def method_palette(labels) -> tuple[list[str], dict]:
+    """The same colour for a method in every figure, methods in the paper's order."""
+    def key(m):
+        base = str(m).split("+")[0].split("(")[0]
+        return (METHOD_ORDER.index(base) if base in METHOD_ORDER else len(METHOD_ORDER), str(m))
+
+    order = sorted(set(labels), key=key)
+    colors = sns.color_palette("tab10" if len(order) <= 10 else "husl", len(order))
+    return order, dict(zip(order, colors))
 
 
 def _save(fig, out_dir: Path, name: str, formats=("png", "pdf")) -> list[Path]:
@@ -51,7 +63,9 @@ def _curve(m: pd.DataFrame, key: str, ylabel: str, title: str, out_dir: Path, na
         raise NoData(f"{name}: no run logged {key!r}")
     d = m.dropna(subset=[key]).rename(columns={"label": "method"})
     n_models = d["model"].nunique()
-    g = sns.relplot(data=d, x="step", y=key, hue="method", kind="line", errorbar="sd",
+    order, palette = method_palette(d["method"])
+    g = sns.relplot(data=d, x="step", y=key, hue="method", hue_order=order, palette=palette, kind="line",
+                    errorbar="sd",
                     col="model" if n_models > 1 else None, height=3.6, aspect=1.35, facet_kws={"sharey": False})
     g.set_axis_labels("training step", ylabel)
     g.figure.suptitle(title, y=1.03)
@@ -110,8 +124,9 @@ def plot_cov_distribution(col, out_dir, include_incomplete=False, formats=("png"
     long = first.melt(id_vars=["label"], value_vars=[k for k, _ in keys], var_name="group", value_name="cov")
     long["group"] = long["group"].map(dict(keys))
     fig, ax = plt.subplots(figsize=(6.0, 3.8))
+    hue_order, palette = method_palette(long["label"])
     sns.barplot(data=long.rename(columns={"label": "method"}), x="group", y="cov", hue="method",
-                order=[lab for _, lab in keys], errorbar="sd", ax=ax)
+                order=[lab for _, lab in keys], hue_order=hue_order, palette=palette, errorbar="sd", ax=ax)
     ax.set_yscale("symlog", linthresh=1e-3)
     ax.set_xlabel("tokens ranked by covariance (A − Ā)(log π − mean log π)")
     ax.set_ylabel("mean covariance (symlog)")
@@ -151,14 +166,16 @@ def plot_entropy_change(col, out_dir, include_incomplete=False, formats=("png", 
     pairs = pairs.assign(neg_delta_h=-pairs["delta_h"]).rename(columns={"label": "method"})
     r_all = pearson_r(pairs["cov/term"], pairs["neg_delta_h"])
     names = {m: f"{m} (r={pearson_r(g['cov/term'], g['neg_delta_h']):.2f})" for m, g in pairs.groupby("method")}
+    order, palette = method_palette(pairs["method"])
     pairs["method"] = pairs["method"].map(names)
     fig, ax = plt.subplots(figsize=(5.6, 4.0))
-    sns.scatterplot(data=pairs, x="cov/term", y="neg_delta_h", hue="method", s=14, alpha=0.6, linewidth=0, ax=ax)
+    sns.scatterplot(data=pairs, x="cov/term", y="neg_delta_h", hue="method", hue_order=[names[m] for m in order],
+                    palette={names[m]: c for m, c in palette.items()}, s=14, alpha=0.6, linewidth=0, ax=ax)
     ax.axhline(0, color="0.6", lw=0.8)
     ax.axvline(0, color="0.6", lw=0.8)
     ax.set_xlabel("covariance term at step t")
     ax.set_ylabel("−ΔH = H[t] − H[t+1]")
-    ax.set_title(f"Entropy change vs covariance (Theorem 1), Pearson r = {r_all:.2f}")
+    ax.set_title(f"Entropy change vs covariance (Theorem 1): r = {r_all:.2f}, {len(pairs)} steps")
     ax.legend(fontsize=7)
     return _save(fig, Path(out_dir), "entropy_change_vs_cov", formats)
 
