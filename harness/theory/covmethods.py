@@ -19,9 +19,12 @@ from .softmax import (cov_pi, entropy, fit_order, largest_remainder_counts, logp
 
 
 class Population:
-    """K actions, N tokens, pi = counts/N exactly; A = (r - E_pi r) / std_pi(r) (GRPO-like unit scale)."""
+    """K actions, N tokens, pi = counts/N exactly; A = (r - E_pi r) / std_pi(r) (GRPO-like unit scale).
 
-    def __init__(self, k: int, n: int, seed: int, scale: float = 1.5):
+    ``calibration`` > 0 correlates reward with log-probability (a "well-calibrated" policy: Cov(log pi, A) > 0).
+    """
+
+    def __init__(self, k: int, n: int, seed: int, scale: float = 1.5, calibration: float = 0.0):
         g = np.random.default_rng(seed)
         p0 = np.exp(g.normal(0, scale, k))
         counts = largest_remainder_counts(p0 / p0.sum(), n)
@@ -29,6 +32,8 @@ class Population:
         self.counts, self.n, self.k = counts, int(counts.sum()), len(counts)
         self.z = t(np.log(counts / counts.sum()))
         r = t(g.uniform(0, 1, self.k))
+        if calibration:
+            r = r + calibration * (self.z - self.z.mean()) / self.z.std()
         p = probs(self.z)
         a = r - mean_pi(p, r)
         self.adv = a / (p * a ** 2).sum().sqrt()
@@ -70,7 +75,7 @@ def token_cov(pop: Population) -> torch.Tensor:
 def prop_vi1() -> dict:
     rows = []
     for clip_ratio, seed in ((0.02, 0), (0.05, 1), (2e-4, 2)):
-        pop = Population(40, 20000, seed=seed)
+        pop = Population(40, 20000, seed=seed, calibration=0.5)
         m = M.get("clip_cov", clip_ratio=clip_ratio, lb=1.0, ub=5.0, eps=1.0)
         u, sel, _ = pop.grads(m, pop.z, generator=torch.Generator().manual_seed(seed))
         c, s = token_cov(pop), sel[0]
@@ -98,7 +103,8 @@ def prop_vi1() -> dict:
         "prop_vi1", "Clip-Cov: Cov_eff = Cov_orig - r/(1-r) (E[C | I_clip] - Cov_orig)",
         "holds under conditions" if ident < 1e-12 and harness_ok else "does not hold as stated",
         {"cases": rows, "max_identity_abs_error": ident, "method_source": M.source(M.get("clip_cov"))},
-        experiment="population batch (K=40 actions, N=20000 tokens, pi = counts/N, unit-scale advantages); "
+        experiment="population batch (K=40 actions, N=20000 tokens, pi = counts/N, unit-scale advantages "
+                   "positively correlated with log pi, so Cov > 0 as in the collapse regime); "
                    "selection and loss from harness clip_cov (lb=1, ub=5, eps=1, clip_ratio 2e-4..0.05); one "
                    "tabular natural-gradient step from the loss's own token gradients; exact entropy change vs "
                    "the effective covariance",

@@ -176,7 +176,7 @@ def figures(report: dict, out: str) -> None:
         ax.loglog(xs, 1 / xs, "k:", lw=0.8, label="1 / max pi (lower bound of the first ratio)")
         ax.set_xlabel("max_a pi_a")
         ax.set_ylabel("predicted / measured")
-        ax.set_title("Theorem V.1: the extra term is not alpha*eta*Var(log pi)")
+        ax.set_title("Thm V.1: predicted / measured extra entropy term", fontsize=10)
         ax.legend(fontsize=7)
         fig.tight_layout()
         fig.savefig(os.path.join(out, "entropy_reg_term.png"), dpi=110)
