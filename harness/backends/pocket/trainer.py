@@ -242,7 +242,7 @@ class PocketTrainer:
             lp, _ = token_logprobs(self.prm, sub, self.cfg.train.temperature)
             loss = prm_loss(lp, ref_lp[sl], sub.mask, scores[sl].to(lp.device), beta=self.method.prm_beta)
             (loss * sub.input_ids.shape[0] / B).backward()
-            total += float(loss) * sub.input_ids.shape[0] / B
+            total += float(loss.detach()) * sub.input_ids.shape[0] / B
         clip = getattr(self.method, "prm_grad_clip", 10.0)
         torch.nn.utils.clip_grad_norm_(self.prm.parameters(), clip if clip > 0 else float("inf"))
         self.prm_opt.step()

@@ -1,0 +1,80 @@
+"""The RL loop end to end on the smallest model: metrics, eval files, result.json, every method."""
+
+import json
+
+import pytest
+import torch
+
+from harness.config import load_config
+from harness.io import read_jsonl
+from harness.runner import run
+
+CONTRACT_KEYS = {"step", "reward/mean", "entropy", "cov/term", "cov/mean", "cov/top_0.02pct", "cov/top_0.2pct",
+                 "cov/top_2pct", "cov/top_20pct", "cov/top_50pct", "selected/count", "selected/frac", "clipfrac",
+                 "ppo_kl", "response/length", "lr", "time/rollout", "time/score", "time/update", "time/wall"}
+
+
+def test_a_few_steps_write_the_run_directory(tiny, tmp_path):
+    res = run(load_config(tiny), tmp_path / "run", quiet=True)
+    rows = read_jsonl(tmp_path / "run" / "metrics.jsonl")
+    assert [r["step"] for r in rows] == [1, 2, 3]
+    for r in rows:
+        assert CONTRACT_KEYS <= set(r), CONTRACT_KEYS - set(r)
+        assert 0 <= r["reward/mean"] <= 1 and r["entropy"] > 0 and 1 <= r["response/length"] <= 6
+    assert "entropy/delta" not in rows[0]
+    assert rows[1]["entropy/delta"] == pytest.approx(rows[1]["entropy"] - rows[0]["entropy"])
+    assert "eval/countdown/avg@2" in rows[1] and "eval/countdown/greedy" in rows[2] and "eval/countdown/avg@2" not in rows[0]
+    assert sorted(p.name for p in (tmp_path / "run" / "eval").iterdir()) == ["step_0.json", "step_2.json", "step_3.json"]
+    saved = json.loads((tmp_path / "run" / "result.json").read_text())
+    assert saved == json.loads(json.dumps(res))
+    for k in ("schema_version", "run_id", "status", "backend", "method", "advantage", "method_config", "model",
+              "model_params", "task", "seed", "steps", "wall_time_s", "summary", "eval", "timing"):
+        assert k in saved, k
+    assert saved["status"] == "completed" and saved["steps"] == 3 and saved["method"] == "grpo"
+    assert saved["summary"]["entropy_start"] == pytest.approx(rows[0]["entropy"])  # 10% of 3 steps -> 1 step
+    assert saved["summary"]["reward_end"] == pytest.approx(rows[-1]["reward/mean"])
+    suite = saved["eval"]["suites"]["countdown"]
+    assert saved["eval"]["step"] == 3 and suite["primary"] == "avg@2" and suite["n_problems"] == 8
+    assert suite["temperature"] == 0.6 and set(suite["metrics"]) >= {"avg@2", "pass@2", "greedy"}
+    assert set(saved["timing"]) >= {"rollout_s", "score_s", "update_s"}
+
+
+@pytest.mark.parametrize("method", [
+    {"name": "rloo"}, {"name": "prime", "prm_lr": 1e-3}, {"name": "entropy_bonus", "coef": 0.01},
+    {"name": "clip_higher"}, {"name": "clip_cov", "clip_ratio": 0.05, "cov_lb": -1.0},
+    {"name": "kl_cov", "k_ratio": 0.1}, {"name": "kl_cov", "k_ratio": 0.1, "scope": "global"},
+])
+def test_every_method_trains(tiny, tmp_path, method):
+    tiny["method"] = method
+    tiny["train"].update(steps=2, checkpoint_every=0)
+    tiny["eval"]["every"] = 0
+    res = run(load_config(tiny), tmp_path, quiet=True)
+    rows = read_jsonl(tmp_path / "metrics.jsonl")
+    assert res["status"] == "completed" and len(rows) == 2
+    assert res["method_config"]["name"] == method["name"]
+    if method["name"] in ("kl_cov", "clip_cov"):
+        assert sum(r["selected/count"] for r in rows) > 0  # the covariance methods acted on tokens
+    if method["name"] == "prime":
+        assert all("prm/loss" in r for r in rows)
+    if method["name"] == "entropy_bonus":
+        assert "entropy/token_mean" in rows[0]
+
+
+def test_policy_changes_and_dynamic_filtering(tiny, tmp_path):
+    from harness.backends.pocket.trainer import PocketTrainer
+
+    tiny["train"].update(dynamic_filtering=True, max_gen_batches=2, steps=1)
+    tr = PocketTrainer(load_config(tiny), tmp_path, log=lambda *_: None)
+    tr.setup()
+    before = [p.detach().clone() for p in tr.model.parameters()]
+    ro = tr.rollout(1)
+    if ro["batch"] is not None:  # kept groups all have mixed rewards
+        g = ro["scores"].view(-1, 4)
+        assert bool((g.max(1).values != g.min(1).values).all())
+        assert ro["metrics"]["rollout/kept_groups"] <= 4
+    tiny["train"]["dynamic_filtering"] = False
+    tiny["method"] = {"name": "entropy_bonus", "coef": 0.01}  # a gradient even when every reward is 0 (random model)
+    tr2 = PocketTrainer(load_config(tiny), tmp_path / "b", log=lambda *_: None)
+    tr2.setup()
+    tr2.train_step(1)
+    assert any(not torch.equal(a, b) for a, b in zip(before, tr2.model.parameters()))
