@@ -7,6 +7,7 @@ Curves aggregate seeds (line = mean, band = ± 1 sd); one panel per model when t
 from __future__ import annotations
 
 import math
+import os
 from pathlib import Path
 
 import matplotlib
@@ -47,7 +48,9 @@ def _save(fig, out_dir: Path, name: str, formats=("png", "pdf")) -> list[Path]:
     paths = []
     for ext in formats:
         p = out_dir / f"{name}.{ext}"
-        fig.savefig(p, dpi=130, bbox_inches="tight")
+        tmp = out_dir / f".{name}.{ext}.tmp"
+        fig.savefig(tmp, format=ext, dpi=130, bbox_inches="tight")
+        os.replace(tmp, p)  # an interrupted run never leaves a half-written figure
         paths.append(p)
     plt.close(fig)
     return paths
