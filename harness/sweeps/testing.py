@@ -1,10 +1,12 @@
 """Cheap job targets for testing and benchmarking the sweep layer without training anything.
 
-A cell's config holds ``behaviour``; ``behave(cell_dir)`` acts it out and writes result.json like a run:
-    ok              finish at once
+A cell's config holds ``behaviour``; ``behave(cell_dir)`` acts it out and writes result.json like a run, with
+the job's environment (SLURM ids, CUDA_VISIBLE_DEVICES, HARNESS_SWEEP_SETUP) so tests can check the placement:
+    ok[:TAG]        finish at once (the tag only tells cells apart)
     raise           raise RuntimeError (a failing run)
     sleep:S         sleep S seconds, then finish
-    forever         sleep for an hour (to be cancelled or to hit its time limit)
+    forever[:TAG]   sleep for an hour (to be cancelled, or to get submitit's time-out signal)
+    hang            ignore USR2 (submitit's time-out signal) and sleep: SLURM kills it at the time limit
     steps:N         N one-second steps, checkpointing the step count in checkpoints/state.json after each;
                     a requeued attempt resumes from it (result.json records the attempts)
     barrier:N       mark this cell ready, wait (up to 120 s) until N cells of the sweep are ready, then finish at
@@ -16,6 +18,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import time
 from pathlib import Path
 
@@ -24,6 +27,8 @@ import yaml
 from harness.io import atomic_write_json
 
 KEYS = ("behaviour", "seed", "x", "y", "method", "model")
+ENV_KEYS = ("SLURM_JOB_ID", "SLURM_ARRAY_JOB_ID", "SLURM_ARRAY_TASK_ID", "SLURM_RESTART_COUNT", "CUDA_VISIBLE_DEVICES",
+            "HARNESS_SWEEP_SETUP")
 
 
 def validate(raw: dict) -> dict:
@@ -31,8 +36,8 @@ def validate(raw: dict) -> dict:
         if k not in KEYS:
             raise ValueError(f"{k}: unknown key. Allowed keys: {', '.join(KEYS)}")
     b = str(raw.get("behaviour", "ok"))
-    if b.split(":")[0] not in ("ok", "raise", "sleep", "forever", "steps", "barrier"):
-        raise ValueError(f"behaviour: {b!r} is not allowed. Allowed: ok, raise, sleep:S, forever, steps:N, barrier:N")
+    if b.split(":")[0] not in ("ok", "raise", "sleep", "forever", "hang", "steps", "barrier"):
+        raise ValueError(f"behaviour: {b!r} is not allowed. Allowed: ok, raise, sleep:S, forever, hang, steps:N, barrier:N")
     return dict(raw)
 
 
@@ -41,12 +46,15 @@ def behave(cell_dir: str) -> dict:
     cfg = yaml.safe_load((d / "config.yaml").read_text())
     kind, _, arg = str(cfg.get("behaviour", "ok")).partition(":")
     start = time.time()
-    attempts = 1
+    attempts, resumed_from = 1, [0]
     if kind == "raise":
         raise RuntimeError(f"behaviour 'raise' in cell {d.name}")
     if kind == "sleep":
         time.sleep(float(arg))
     elif kind == "forever":
+        time.sleep(3600)
+    elif kind == "hang":
+        signal.signal(signal.SIGUSR2, signal.SIG_IGN)
         time.sleep(3600)
     elif kind == "barrier":
         (d / "ready").write_text(str(os.getpid()))
@@ -55,8 +63,11 @@ def behave(cell_dir: str) -> dict:
             time.sleep(0.05)
     elif kind == "steps":
         state_file = d / "checkpoints" / "state.json"
-        state = json.loads(state_file.read_text()) if state_file.exists() else {"step": 0, "attempts": 0}
+        state = json.loads(state_file.read_text()) if state_file.exists() else {"step": 0, "attempts": 0,
+                                                                                 "resumed_from": []}
         state["attempts"] += 1
+        state["resumed_from"].append(state["step"])
+        resumed_from = state["resumed_from"]
         attempts = state["attempts"]
         atomic_write_json(state_file, state)
         while state["step"] < int(arg):
@@ -65,6 +76,8 @@ def behave(cell_dir: str) -> dict:
             atomic_write_json(state_file, state)
     result = {"schema_version": 1, "run_id": d.name.rsplit("__", 1)[-1], "status": "completed",
               "backend": "testing", "behaviour": cfg.get("behaviour"), "seed": cfg.get("seed"),
-              "attempts": attempts, "pid": os.getpid(), "wall_time_s": time.time() - start}
+              "attempts": attempts, "resumed_from": resumed_from, "pid": os.getpid(),
+              "wall_time_s": time.time() - start,
+              "env": {k: os.environ.get(k) for k in ENV_KEYS}}
     atomic_write_json(d / "result.json", result)
     return {"status": "completed", "attempts": attempts}

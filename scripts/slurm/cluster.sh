@@ -8,6 +8,7 @@
 #
 # Full mode (default) runs slurmdbd on MariaDB (loopback :3307), so `sacct` works as on a real cluster.
 # --lite skips the database and installs a `sacct` shim answering from `squeue --states=all` instead.
+# One cluster per machine (fixed ports: slurmctld 6817, slurmd 6818, slurmdbd 6819, mariadbd 3307).
 # Needs root and the packages slurm-wlm munge (+ slurmdbd mariadb-server for full mode): scripts/ci_slurm.sh
 # installs them. Every file lives under DIR. `up` on a running cluster is a no-op; `up` on a stopped one
 # starts from a clean state. Settings changed from SLURM's defaults, and why
@@ -33,7 +34,7 @@ print_env() {
   echo "export PATH=$D/bin:/usr/sbin:/sbin:\$PATH"
 }
 
-node_ready() { SLURM_CONF="$D/slurm.conf" sinfo -h -o %t 2>/dev/null | grep -qE '^(idle|mix|alloc)'; }
+node_ready() { SLURM_CONF="$D/slurm.conf" sinfo -h -o %t 2>/dev/null | grep -qE '^(idle|mix|alloc|comp)'; }
 
 cmd_down() {
   [ -d "$D" ] || { echo "slurm: nothing to stop in $D"; return 0; }

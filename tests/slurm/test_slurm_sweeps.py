@@ -1,0 +1,173 @@
+"""Sweeps on a real single-node SLURM cluster through submitit (marker `slurm`; see conftest.py).
+
+One mixed sweep of cheap job targets (harness.sweeps.testing) is submitted first so that its slow cells (a job
+that hits its time limit) run while the other tests go on: an array that completes, a job that raises, one
+that is scancel-led, one requeued mid-run that resumes from its checkpoint, fake-GPU placement, setup lines.
+A real pocket sweep goes through `harness sweep --executor slurm --wait`, with one group sbatch refuses, and a
+second submission skips the finished cells.
+"""
+
+import json
+import subprocess
+import time
+
+import pytest
+import submitit
+import yaml
+
+from harness.cli import main
+from harness.sweeps import cells as C
+from harness.sweeps import expand, load_spec, testing
+from harness.sweeps.status import cell_status, statuses
+from harness.sweeps.submit import submit_cells, wait_for
+
+pytestmark = pytest.mark.slurm
+TARGET = "harness.sweeps.testing:behave"
+MIXED = {
+    "name": "mixed",
+    "base": {"behaviour": "ok"},
+    "grid": {"behaviour": ["ok:a", "ok:b", "raise", "forever", "steps:20", "ok:gpu", "forever:timeout", "hang"]},
+    "resources": {
+        "default": {"partition": "debug", "timeout_min": 10, "cpus_per_task": 1,
+                    "setup": ["export HARNESS_SWEEP_SETUP=yes"], "additional_parameters": {"comment": "harness-ci"}},
+        "groups": [
+            {"match": {"behaviour": "ok:gpu"}, "gpus_per_node": 1},
+            # submitit's USR2 arrives (signal_delay_s > limit: at once); no requeue left -> failed, "timed-out"
+            {"match": {"behaviour": "forever:timeout"}, "timeout_min": 1, "max_num_timeout": 0},
+            # ignores USR2: SLURM itself kills it at the limit -> sacct TIMEOUT
+            {"match": {"behaviour": "hang"}, "timeout_min": 1, "signal_delay_s": 5},
+        ],
+    },
+}
+
+
+def wait_until(pred, timeout_s: float, what: str, poll_s: float = 0.5):
+    end = time.time() + timeout_s
+    while time.time() < end:
+        value = pred()
+        if value:
+            return value
+        time.sleep(poll_s)
+    raise AssertionError(f"timed out after {timeout_s:.0f} s waiting for {what}")
+
+
+@pytest.fixture(scope="module")
+def mixed(slurm_cluster, tmp_path_factory):
+    runs = tmp_path_factory.mktemp("mixed")
+    cells = expand(load_spec(MIXED), validate=testing.validate)
+    for c in cells:
+        C.materialise(c, runs, "mixed", command="true")
+    report = submit_cells(cells, runs, "slurm", sweep="mixed", target=TARGET, progress=False)
+    assert len(report.submitted) == len(cells) and not report.refused
+    yield {c.config["behaviour"]: C.cell_dir(runs, c) for c in cells}
+    subprocess.run(["scancel", *{j.split("_")[0] for j in report.job_ids.values()}])  # nothing left behind
+
+
+def state(d):
+    return statuses([d])[0]
+
+
+def result(d):
+    return json.loads((d / "result.json").read_text())
+
+
+def test_array_job_completes_with_setup_lines(mixed):
+    a, b = mixed["ok:a"], mixed["ok:b"]
+    wait_until(lambda: state(a).state == "done" and state(b).state == "done", 90, "the ok cells")
+    ra, rb = result(a), result(b)
+    assert ra["env"]["SLURM_ARRAY_JOB_ID"] == rb["env"]["SLURM_ARRAY_JOB_ID"]  # one array for the group
+    assert {ra["env"]["SLURM_ARRAY_TASK_ID"], rb["env"]["SLURM_ARRAY_TASK_ID"]} == {"0", "1"}
+    assert ra["env"]["HARNESS_SWEEP_SETUP"] == "yes"
+    assert C.last_job(a)["job_id"] == f"{ra['env']['SLURM_ARRAY_JOB_ID']}_0"
+    groups = {C.last_job(d)["job_id"].split("_")[0] for d in mixed.values()}
+    assert len(groups) == 4  # default group + three resource groups = four sbatch arrays
+
+
+def test_gpus_per_node_places_the_job_on_a_gpu(mixed):
+    d = mixed["ok:gpu"]
+    wait_until(lambda: state(d).state == "done", 90, "the gpu cell")
+    assert result(d)["env"]["CUDA_VISIBLE_DEVICES"] == "0"
+
+
+def test_a_job_that_raises_fails_clearly_and_alone(mixed):
+    d = mixed["raise"]
+    st = wait_until(lambda: (s := state(d)).state == "failed" and s, 90, "the raising cell to fail")
+    assert "RuntimeError: behaviour 'raise'" in st.detail
+    assert any("testing.py" in line for line in st.tail)
+    assert state(mixed["ok:a"]).state == "done"
+
+
+def test_requeue_resumes_from_the_checkpoint(mixed):
+    d = mixed["steps:20"]
+    ckpt = d / "checkpoints" / "state.json"
+    wait_until(lambda: ckpt.exists() and json.loads(ckpt.read_text())["step"] >= 3, 90, "3 steps")
+    job = C.last_job(d)
+    submitit.SlurmJob(folder=job["folder"], job_id=job["job_id"])._interrupt(timeout=True)  # USR2, as at a time-out
+    st = wait_until(lambda: (s := state(d)).state in ("done", "failed") and s, 150, "the requeued cell")
+    assert st.state == "done", st.detail
+    r = result(d)
+    assert r["attempts"] == 2 and r["resumed_from"][0] == 0 and r["resumed_from"][1] >= 3
+    assert r["env"]["SLURM_RESTART_COUNT"] == "1"
+    assert C.last_job(d)["job_id"] == job["job_id"]  # same job, requeued; identity never moved
+
+
+def test_pocket_sweep_on_slurm_refused_group_and_second_submission(slurm_cluster, tmp_path, capsys):
+    spec = {
+        "name": "pocket-slurm",
+        "base": {"backend": "pocket", "method": {"name": "grpo"},
+                 "model": {"name": "pocket-0.3m", "warm_start": {"enabled": "false"}},
+                 "task": {"name": "arith", "test_size": 4},
+                 "train": {"steps": 3, "prompts_per_step": 2, "samples_per_prompt": 2, "updates_per_rollout": 1,
+                           "max_new_tokens": 4, "checkpoint_every": 1},
+                 "eval": {"every": 0, "n_samples": 1, "max_problems": 2}, "logging": {"progress": False}},
+        "grid": {"method": [{"name": "grpo"}, {"name": "kl_cov", "k_ratio": 0.2}, {"name": "clip_cov"}]},
+        "seeds": [0],
+        "resources": {"default": {"partition": "debug", "timeout_min": 10},
+                      "groups": [{"match": {"method.name": "clip_cov"}, "partition": "no-such-partition"}]},
+    }
+    p = tmp_path / "pocket.yaml"
+    p.write_text(yaml.safe_dump(spec))
+    runs = tmp_path / "runs"
+    rc = main(["sweep", str(p), "--executor", "slurm", "--runs-dir", str(runs), "--wait", "--no-progress"])
+    out, err = capsys.readouterr()
+    assert rc == 1  # one cell failed: the refused one
+    assert "sbatch refused group" in out and "invalid partition" in out.lower()
+    rows = {r.alias: r for r in statuses(C.list_cell_dirs(runs))}
+    assert rows["grpo__s0"].state == "done" and rows["kl_cov__s0"].state == "done"
+    assert rows["clip_cov__s0"].state == "failed" and "submission refused" in rows["clip_cov__s0"].detail
+    jobs = [C.last_job(rows[a].dir)["job_id"] for a in ("grpo__s0", "kl_cov__s0")]
+    assert {j.split("_")[0] for j in jobs} == {jobs[0].split("_")[0]}  # one array job
+    for a in ("grpo__s0", "kl_cov__s0"):
+        res = json.loads((rows[a].dir / "result.json").read_text())
+        assert res["status"] == "completed" and res["run_id"] == rows[a].id and res["steps"] == 3
+
+    def sacct():  # result.json is written before the job process exits: SLURM says COMPLETED a moment later
+        return subprocess.run(["sacct", "-X", "-n", "-P", "-o", "JobID,State", "-j", jobs[0].split("_")[0]],
+                              capture_output=True, text=True, check=True).stdout
+    wait_until(lambda: sacct().count("COMPLETED") == 2, 30, f"sacct to say COMPLETED twice: {sacct()}")
+
+    rc = main(["sweep", str(p), "--executor", "slurm", "--runs-dir", str(runs), "--no-progress"])
+    out, _ = capsys.readouterr()
+    assert "skip 2 done" in out and "submitting 1 of 3" in out  # only the refused cell is tried again
+    for a in ("grpo__s0", "kl_cov__s0"):
+        assert len((rows[a].dir / "jobs.jsonl").read_text().splitlines()) == 1
+
+
+def test_scancel_is_detected(mixed):
+    d = mixed["forever"]
+    wait_until(lambda: state(d).state == "running", 90, "the forever cell to run")
+    subprocess.run(["scancel", C.last_job(d)["job_id"]], check=True)
+    st = wait_until(lambda: (s := state(d)).state == "failed" and s, 60, "the cancelled cell to fail")
+    assert st.detail.startswith("CANCELLED")
+    assert state(mixed["ok:b"]).state == "done"
+
+
+def test_time_limits_are_detected_and_nothing_hangs(mixed):
+    rows = wait_for(list(mixed.values()), poll_s=2, progress=False, timeout_s=180)
+    by = {r.dir: r for r in rows}
+    assert not [r.alias for r in rows if r.state in ("pending", "running")], "cells still out after 180 s"
+    t = by[mixed["forever:timeout"]]
+    assert t.state == "failed" and "timed-out" in t.detail
+    h = by[mixed["hang"]]
+    assert h.state == "failed" and h.detail.startswith("TIMEOUT")
+    assert any("TIME LIMIT" in line or "DUE TO TIME" in line for line in h.tail)
