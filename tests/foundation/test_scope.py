@@ -1,24 +1,25 @@
 """Selection scope: micro-batch selection depends on the split (the official behaviour, verl #7818);
 global selection does not, in one process and across data-parallel ranks (real torch.distributed, gloo)."""
 
-import os
-import tempfile
+import importlib.util
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 import torch
-import torch.distributed as dist
-import torch.multiprocessing as mp
 
 import harness
+from harness import ops
+
+WORKER = Path(__file__).with_name("dist_select_worker.py")
+_spec = importlib.util.spec_from_file_location("dist_select_worker", WORKER)
+_worker = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(_worker)
 
 
-def _minibatch(seed=0, b=16, t=64):
-    g = torch.Generator().manual_seed(seed)
-    adv = (torch.randn(b, 1, generator=g) * 1.5).expand(b, t).contiguous()
-    lp = -torch.rand(b, t, generator=g) * 6
-    old = lp + 0.05 * torch.randn(b, t, generator=g)
-    mask = (torch.rand(b, t, generator=g) < 0.8).float()
-    return lp, old, adv, mask
+def _minibatch(seed=0):
+    return _worker.minibatch(seed)  # one construction for this file and the rank workers
 
 
 def _splits(b, n):
@@ -64,47 +65,26 @@ def test_global_scope_selects_the_same_tokens_whole_or_split(name, hp):
         assert int(plan.sum()) == expected
 
 
-def _rank_worker(rank, world, init_file, name, hp, queue):
-    dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=world)
-    try:
-        lp, old, adv, mask = _minibatch(2)
-        rows = torch.arange(len(mask))[rank::world]
-        m = harness.get_method(name, scope="global", **hp)
-        plan = m.select_tokens(lp[rows], old[rows], adv[rows], mask[rows],
-                               generator=torch.Generator().manual_seed(100 + rank))
-        queue.put((rank, rows, plan))
-    finally:
-        dist.destroy_process_group()
-
-
-def test_global_scope_across_data_parallel_ranks_matches_one_process():
+def test_global_scope_across_data_parallel_ranks_matches_one_process(tmp_path):
     lp, old, adv, mask = _minibatch(2)
-    m = harness.get_method("kl_cov", scope="global", k_ratio=0.01)
-    single = m.select_tokens(lp, old, adv, mask)
-    ctx = mp.get_context("spawn")
-    for name, hp in [("kl_cov", {"k_ratio": 0.01}), ("clip_cov", {"clip_ratio": 0.01})]:
-        queue = ctx.Queue()
-        with tempfile.TemporaryDirectory() as tmp:
-            procs = [ctx.Process(target=_rank_worker, args=(r, 2, os.path.join(tmp, "init"), name, hp, queue))
-                     for r in range(2)]
-            for p in procs:
-                p.start()
-            results = [queue.get(timeout=120) for _ in procs]
-            for p in procs:
-                p.join(timeout=60)
-                assert p.exitcode == 0
+    single = harness.get_method("kl_cov", scope="global", k_ratio=0.01).select_tokens(lp, old, adv, mask)
+    for name, key in [("kl_cov", "k_ratio"), ("clip_cov", "clip_ratio")]:
+        init = tmp_path / f"init-{name}"
+        outs = [tmp_path / f"{name}-{r}.pt" for r in range(2)]
+        procs = [subprocess.Popen([sys.executable, str(WORKER), str(r), "2", str(init), str(outs[r]), name, key, "0.01"])
+                 for r in range(2)]
+        assert [p.wait(timeout=120) for p in procs] == [0, 0]
         merged = torch.zeros_like(mask, dtype=torch.bool)
-        for _, rows, plan in results:
-            merged[rows] = plan
-        n_valid = int(mask.sum())
+        for out in outs:
+            part = torch.load(out)
+            merged[part["rows"]] = part["plan"]
         if name == "kl_cov":
             assert torch.equal(merged, single)  # top-k over both ranks = top-k over the whole mini-batch
         else:
             # a uniform draw of max(1, floor(0.01 N)) among the candidates of the whole mini-batch
-            from harness import ops
             cov = ops.token_covariance(adv, lp, mask)
             ratio = torch.exp(lp - old)
             clipped = -adv * ratio.clamp(0, 2) > -adv * ratio
             cand = (cov > 1) & (cov < 5) & mask.bool() & ~clipped
-            assert int(merged.sum()) == min(max(1, int(0.01 * n_valid)), int(cand.sum()))
+            assert int(merged.sum()) == min(max(1, int(0.01 * mask.sum())), int(cand.sum()))
             assert bool((merged <= cand).all())

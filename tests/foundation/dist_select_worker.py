@@ -1,0 +1,35 @@
+"""One data-parallel rank for test_scope.py: global-scope selection over its rows, written to a file.
+
+Run as a script (not imported by pytest): python dist_select_worker.py RANK WORLD INIT_FILE OUT_FILE METHOD HPARAM VALUE
+"""
+
+import sys
+
+import torch
+import torch.distributed as dist
+
+import harness
+
+
+def minibatch(seed=2, b=16, t=64):
+    g = torch.Generator().manual_seed(seed)
+    adv = (torch.randn(b, 1, generator=g) * 1.5).expand(b, t).contiguous()
+    lp = -torch.rand(b, t, generator=g) * 6
+    old = lp + 0.05 * torch.randn(b, t, generator=g)
+    mask = (torch.rand(b, t, generator=g) < 0.8).float()
+    return lp, old, adv, mask
+
+
+if __name__ == "__main__":
+    rank, world, init_file, out_file, name, key, value = sys.argv[1:8]
+    rank, world = int(rank), int(world)
+    dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=world)
+    try:
+        lp, old, adv, mask = minibatch()
+        rows = torch.arange(len(mask))[rank::world]
+        m = harness.get_method(name, scope="global", **{key: float(value)})
+        plan = m.select_tokens(lp[rows], old[rows], adv[rows], mask[rows],
+                               generator=torch.Generator().manual_seed(100 + rank))
+        torch.save({"rows": rows, "plan": plan}, out_file)
+    finally:
+        dist.destroy_process_group()
