@@ -325,6 +325,9 @@ def _check_pocket(cfg: RunConfig) -> None:
     from harness.backends.pocket import models, tasks
 
     models.check_model_name(cfg.model.name)
+    if cfg.model.warm_start.enabled == "true" and not models.is_pocket(cfg.model.name):
+        raise ConfigError(f"model.warm_start.enabled: true only applies to pocket sizes; {cfg.model.name!r} is a "
+                          f"pretrained checkpoint (allowed here: auto, false)")
     tasks.check_task(cfg.task.name, cfg.task.options)
     t = cfg.train
     if t.updates_per_rollout > t.prompts_per_step * t.samples_per_prompt:
