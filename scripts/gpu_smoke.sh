@@ -35,8 +35,8 @@ mkdir -p "$RUN_DIR"
 import json, random, sys, time
 from pathlib import Path
 
-from harness.backends.openrlhf.runner import train
 from harness.config import load_config
+from harness.runner import run
 
 run_dir, model, steps, method = Path(sys.argv[1]), sys.argv[2], int(sys.argv[3]), sys.argv[4]
 rng = random.Random(0)
@@ -56,7 +56,7 @@ cfg = load_config({
                  "vllm_gpu_memory_utilization": 0.4},
 })
 t0 = time.time()
-result = train(cfg, run_dir / "run")
+result = run(cfg, run_dir / "run", force=True)
 rows = [json.loads(l) for l in (run_dir / "run" / "metrics.jsonl").read_text().splitlines()]
 assert result["status"] == "completed", result
 assert [r["step"] for r in rows] == list(range(1, steps + 1)), rows

@@ -30,9 +30,14 @@ class FakeStrategy:
         loss.backward()
 
     def optimizer_step(self, optimizer, model, scheduler, name="model", **kwargs):
-        optimizer.step()
-        optimizer.zero_grad()
-        scheduler.step()
+        self.micro_steps = getattr(self, "micro_steps", 0) + 1
+        if self.micro_steps % self.accumulated_gradient == 0:  # DeepSpeed steps at accumulation boundaries
+            optimizer.step()
+            optimizer.zero_grad()
+            scheduler.step()
+
+    def all_reduce(self, data, op="mean"):
+        return data
 
     def get_grad_norm(self, model):
         return 0.0

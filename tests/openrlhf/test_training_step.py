@@ -125,3 +125,35 @@ def test_global_scope_plan_is_independent_of_micro_batching(configure, make_trai
     status = trainer.training_step(micro[0], kl_ctl=0.0, step=0, loss_batch_info=_norms(micro[0]))
     want = float(micro[0]._harness_selected.sum() / micro[0].action_mask.sum())
     assert float(status["metrics"]["selected/frac"]) == pytest.approx(want)
+
+
+@pytest.mark.parametrize("scope", ["global", "micro_batch"])
+def test_real_ppo_train_selects_over_the_window(scope, configure, make_trainer, monkeypatch):
+    """OpenRLHF's own ppo_train (replay buffer, shuffled DataLoader, iter_grad_accum_global_norm, metric
+    reduction) over 6 samples = one optimizer window of 3 micro-batches of 2. KL-Cov with k_ratio 0.1:
+    scope global selects max(1, int(0.1 N)) tokens over the window; micro_batch selects at least 1 per
+    micro-batch (the official per-GPU approximation), so the logged selected/frac differs."""
+    import openrlhf.trainer.ray.ppo_actor as ppo_actor
+    from openrlhf.trainer.ppo_utils.replay_buffer import NaiveReplayBuffer
+
+    from harness.backends.openrlhf import plugin
+
+    configure({"name": "kl_cov", "k_ratio": 0.1, "scope": scope})
+    trainer = make_trainer(trainer_args(), accumulated_gradient=3)
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
+    trainer.replay_buffer = NaiveReplayBuffer(2, cpu_offload=False)
+    exp = make_experience(batch=6, action_len=5, seed=7)
+    exp.rewards = torch.ones(6)
+    trainer.replay_buffer.append(exp)
+    n_tokens = int(exp.action_mask.sum())
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: "cpu")
+    trainer.dataloader_pin_memory = False
+    step_before = plugin.STATE.rollout_step
+    status = trainer.ppo_train(kl_ctl=0.0)
+    assert plugin.STATE.rollout_step == step_before + 1
+    frac = status["selected/frac"] * n_tokens
+    if scope == "global":
+        assert frac == pytest.approx(max(1, int(0.1 * n_tokens)))
+    else:
+        assert frac >= 3 - 1e-6  # at least one token in each of the 3 micro-batches
+    assert ppo_actor.iter_grad_accum_global_norm.__name__ == "planned"

@@ -20,7 +20,7 @@ class OpenRLHFBackend:
         return launch_command(config, run_dir)
 
     @staticmethod
-    def train(config, run_dir) -> dict:
+    def train(config, run_dir, log=None) -> dict:
         from harness.backends.openrlhf.runner import train
 
-        return train(config, run_dir)
+        return train(config, run_dir, log=log)
