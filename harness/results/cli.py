@@ -213,6 +213,9 @@ def _print_fits(pooled, fits, out) -> None:
     print("  ".join(h.ljust(w) for h, w in zip(head, widths)))
     for r in rows:
         print("  ".join(c.ljust(w) for c, w in zip(r, widths)))
+    for f in (fits if len(fits) > 1 else []) + [pooled]:
+        if f.warning:
+            print(f"warning: {f.label}: {f.warning}")
     if "size_trend" in out:
         t = out["size_trend"]
         print(f"a = {t['a_slope']:.4g}·log10(N) + {t['a_intercept']:.4g} (R² {_fmt(t['a_r2'])}); "

@@ -35,11 +35,20 @@ class LawFit:
     label: str | None = None
     model_params: float | None = None
 
+    @property
+    def warning(self) -> str | None:
+        """A fit that contradicts the law's premise (score bought with entropy) is reported, not hidden."""
+        if self.a <= 0:
+            return "a <= 0: the score does not rise as entropy falls, so the law does not describe these points"
+        return None
+
     def predict(self, entropy) -> np.ndarray:
         return -self.a * np.exp(np.asarray(entropy, dtype=float)) + self.b
 
     def to_dict(self) -> dict:
-        return {k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in asdict(self).items()}
+        d = {k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in asdict(self).items()}
+        d["warning"] = self.warning
+        return d
 
 
 def _clean(entropy, score) -> tuple[np.ndarray, np.ndarray]:

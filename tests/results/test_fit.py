@@ -146,3 +146,9 @@ def test_scores_pair_with_the_entropy_of_the_same_policy(runs_root, mk):
         math.exp(-1.5))
     rw = run_points(col, "reward/mean").set_index("step")
     assert list(rw.index) == [1, 2, 3, 4] and rw.loc[2, "entropy"] == pytest.approx(math.exp(-1.0))
+
+
+def test_a_fit_against_the_premise_is_flagged():
+    assert fit_entropy_law(LN([1, 2, 3]), [1.0, 0.5, 0.0]).warning is None
+    f = fit_entropy_law(LN([1, 2, 3]), [0.0, 0.5, 1.0])  # score rises with entropy: a = -0.5
+    assert f.a == pytest.approx(-0.5) and f.warning.startswith("a <= 0") and f.to_dict()["warning"] == f.warning
