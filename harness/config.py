@@ -281,10 +281,25 @@ def load_config(source: str | os.PathLike | Mapping | RunConfig, overrides=None,
     data = apply_overrides(data, overrides)
     cfg = _build(RunConfig, data, "")
     _check_backend(cfg)
+    _check_logging_and_device(cfg)
     _check_method_section(cfg, check_method)
     if cfg.backend == "pocket":
         _check_pocket(cfg)
     return cfg
+
+
+def _check_logging_and_device(cfg: RunConfig) -> None:
+    import importlib.util
+    import re
+
+    if cfg.logging.tensorboard and importlib.util.find_spec("tensorboard") is None:
+        raise ConfigError("logging.tensorboard: true needs the tensorboard package (pip install tensorboard, or the "
+                          "project's 'log' extra); set it to false to run without")
+    if cfg.logging.wandb and cfg.logging.wandb_mode != "disabled" and importlib.util.find_spec("wandb") is None:
+        raise ConfigError("logging.wandb: true needs the wandb package (pip install wandb; wandb_mode: offline needs "
+                          "no network or account); set it to false to run without")
+    if not re.fullmatch(r"cpu|auto|mps|cuda(:\d+)?", cfg.train.device):
+        raise ConfigError(f"train.device: {cfg.train.device!r} is not allowed. Allowed: cpu, cuda, cuda:<index>, mps, auto")
 
 
 def _check_backend(cfg: RunConfig) -> None:

@@ -86,3 +86,13 @@ def test_missing_and_bad_files(tmp_path):
     p.write_text("- 1\n- 2\n")
     with pytest.raises(ConfigError, match="must be a mapping"):
         load_config(p)
+
+
+def test_logging_and_device_checks(tiny):
+    import importlib.util
+
+    assert "train.device: 'gpu' is not allowed" in err(tiny, ["train.device=gpu"])
+    assert load_config(tiny, ["train.device=cuda:1"]).train.device == "cuda:1"
+    if importlib.util.find_spec("wandb") is None:
+        assert err(tiny, ["logging.wandb=true"]).startswith("logging.wandb: true needs the wandb package")
+    assert load_config(tiny, ["logging.wandb=true", "logging.wandb_mode=disabled"]).logging.wandb

@@ -78,3 +78,19 @@ def test_policy_changes_and_dynamic_filtering(tiny, tmp_path):
     tr2.setup()
     tr2.train_step(1)
     assert any(not torch.equal(a, b) for a, b in zip(before, tr2.model.parameters()))
+
+
+def test_tensorboard_sink_gets_the_metrics(tiny, tmp_path):
+    pytest.importorskip("tensorboard")
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    tiny["train"].update(steps=2, checkpoint_every=0)
+    tiny["eval"]["every"] = 0
+    tiny["logging"]["tensorboard"] = True
+    run(load_config(tiny), tmp_path, quiet=True)
+    acc = EventAccumulator(str(tmp_path / "tensorboard"))
+    acc.Reload()
+    tags = set(acc.Tags()["scalars"])
+    assert {"entropy", "reward/mean", "cov/term", "eval/countdown/avg@2"} <= tags
+    rows = read_jsonl(tmp_path / "metrics.jsonl")
+    assert [e.value for e in acc.Scalars("entropy")] == pytest.approx([r["entropy"] for r in rows], rel=1e-6)

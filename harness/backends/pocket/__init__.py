@@ -13,4 +13,4 @@ class PocketBackend:
         return PocketTrainer(config, run_dir, log=log).run()
 
     def launch_command(self, config, run_dir) -> str:
-        return f"python -m harness train {run_dir}/config.yaml --run-dir {run_dir}  # in-process pocket trainer"
+        return f"python -m harness train {run_dir}/config.yaml --run-dir {run_dir}"

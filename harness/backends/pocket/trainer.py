@@ -102,6 +102,8 @@ class PocketTrainer:
         dev = cfg.train.device
         if dev == "auto":
             dev = "cuda" if torch.cuda.is_available() else "cpu"
+        if dev.startswith("cuda") and not torch.cuda.is_available():
+            raise ValueError(f"train.device: {dev!r} but torch sees no CUDA device here; use cpu or auto")
         self.device = torch.device(dev)
         self.method = harness.get_method(cfg.method_name, **cfg.method_hparams)
         self.task = make_task(cfg.task.name, cfg.task.test_size, cfg.task.options)
@@ -477,6 +479,6 @@ def _make_sinks(cfg: RunConfig, run_dir: Path) -> list:
     sinks = []
     if cfg.logging.tensorboard:
         sinks.append(_TensorBoard(run_dir))
-    if cfg.logging.wandb:
+    if cfg.logging.wandb and cfg.logging.wandb_mode != "disabled":
         sinks.append(_WandB(cfg, run_dir))
     return sinks
