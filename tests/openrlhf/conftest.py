@@ -20,11 +20,19 @@ from harness.backends.openrlhf import cpu_stubs
 sys.path.insert(0, str(Path(__file__).parent))
 from orl_testlib import DEVICE, FakeStrategy, plugin_config  # noqa: E402
 
-os.environ["HARNESS_OPENRLHF_CPU_STUBS"] = "1"
-cpu_stubs.install()
-torch.compile = lambda fn=None, *a, **k: fn if fn is not None else (lambda f: f)  # noqa: E731
 
 
+@pytest.fixture(scope="session", autouse=True)
+def openrlhf_cpu_stubs():
+    """Only when a test of this directory runs (never in the default run, where they are deselected):
+    stub flash_attn/vllm and make torch.compile the identity, before anything imports OpenRLHF."""
+    os.environ["HARNESS_OPENRLHF_CPU_STUBS"] = "1"
+    cpu_stubs.install()
+    torch.compile = lambda fn=None, *a, **k: fn if fn is not None else (lambda f: f)  # noqa: E731
+    yield
+
+
+@pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config, items):
     here = Path(__file__).parent
     for item in items:

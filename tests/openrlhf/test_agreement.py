@@ -11,6 +11,8 @@ from types import SimpleNamespace
 import pytest
 import torch
 
+pytestmark = pytest.mark.openrlhf
+
 
 
 BUILTIN = {  # method config -> (OpenRLHF eps low/high, entropy coef)

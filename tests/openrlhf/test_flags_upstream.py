@@ -12,6 +12,8 @@ import pytest
 import harness
 from harness.backends.openrlhf.flags import build_plan
 
+pytestmark = pytest.mark.openrlhf
+
 
 class Captured(Exception):
     def __init__(self, args):

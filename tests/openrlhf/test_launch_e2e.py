@@ -11,6 +11,8 @@ import sys
 
 import pytest
 
+pytestmark = pytest.mark.openrlhf
+
 
 def test_run_reaches_upstream_validation_and_fails_cleanly(tmp_path, tiny_model_dir):
     from harness.runner import run

@@ -13,6 +13,8 @@ import pytest
 
 from orl_testlib import plugin_config
 
+pytestmark = pytest.mark.openrlhf
+
 
 @pytest.fixture(scope="module")
 def ray_cluster():

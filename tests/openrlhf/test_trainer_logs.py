@@ -6,6 +6,8 @@ from types import SimpleNamespace
 
 import pytest
 
+pytestmark = pytest.mark.openrlhf
+
 
 class RecordingLogger:
     def __init__(self):

@@ -9,6 +9,8 @@ import torch
 
 from orl_testlib import make_experience, trainer_args
 
+pytestmark = pytest.mark.openrlhf
+
 
 def _params(trainer):
     return torch.cat([p.detach().flatten().clone() for p in trainer.actor.parameters()])
