@@ -1,7 +1,8 @@
 """(entropy, score) points for the entropy law, from run metrics or from exported CSV logs (W&B, TensorBoard).
 
 Score choice (``score_key``): ``auto`` uses the validation score ``eval/<suite>/<primary metric>`` on eval steps
-when the runs logged one (first suite in name order), else the training reward ``reward/mean`` on every step;
+when the runs have a validation curve (at least 3 eval steps in some run; first suite in name order), else the
+training reward ``reward/mean`` on every step;
 any metrics.jsonl key can be named instead. The entropy is the ``entropy`` key of the same step.
 """
 
@@ -20,15 +21,17 @@ ENTROPY_KEY = "entropy"
 def resolve_score_key(col: Collection, score_key: str = "auto") -> str:
     """The metrics column to use as the score R (see the module docstring)."""
     cols = set(col.metrics.columns)
+    ev = col.evals.dropna(subset=["metric"])
+    in_evals = {f"eval/{s}/{m}" for s, m in zip(ev["suite"], ev["metric"])}
     if score_key != "auto":
-        if score_key not in cols:
+        if score_key not in cols and score_key not in in_evals:
             known = sorted(c for c in cols if "/" in c or c == ENTROPY_KEY)
             raise ValueError(f"score key {score_key!r} is not in any metrics.jsonl; keys present: {', '.join(known)}")
         return score_key
-    ev = col.evals.dropna(subset=["metric"])
     for suite, metric in sorted(set(zip(ev["suite"], ev["metric"]))):
-        key = f"eval/{suite}/{metric}"
-        if key in cols and col.metrics[key].notna().any():
+        key = f"eval/{suite}/{metric}"  # a validation curve: at least 3 eval steps in some run
+        series = score_series(col, key, include_incomplete=True)
+        if not series.empty and series.groupby("run_dir").size().max() >= 3:
             return key
     evals_logged = sorted(c for c in cols if c.startswith("eval/") and col.metrics[c].notna().any())
     if evals_logged:
@@ -45,13 +48,17 @@ def score_series(col: Collection, score_key: str, include_incomplete: bool = Fal
     """(ident..., step, score) for every step that has the score. For ``eval/<suite>/<metric>`` the eval files
     are read too, so the eval before training (``eval/step_0.json``) is included."""
     m = col.metrics
-    if score_key not in m.columns:
+    parts = []
+    if score_key in m.columns:
+        parts.append(m[["run_dir", "step", score_key]].rename(columns={score_key: "score"}))
+    elif not score_key.startswith("eval/"):
         raise ValueError(f"score key {score_key!r} is not in any metrics.jsonl")
-    parts = [m[["run_dir", "step", score_key]].rename(columns={score_key: "score"})]
     if score_key.startswith("eval/") and score_key.count("/") >= 2:
         suite, metric = score_key[len("eval/"):].rsplit("/", 1)
         ev = col.evals[(col.evals["suite"] == suite) & (col.evals["metric"] == metric)]
         parts.append(ev[["run_dir", "step", "value"]].rename(columns={"value": "score"}))
+    if not parts:
+        raise ValueError(f"score key {score_key!r} is in no metrics.jsonl and no eval result")
     scores = pd.concat(parts, ignore_index=True).dropna(subset=["score"])
     scores = scores.drop_duplicates(["run_dir", "step"], keep="first")
     scores = scores.merge(col.runs[_IDENT], on="run_dir", how="left")

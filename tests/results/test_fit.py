@@ -152,3 +152,15 @@ def test_a_fit_against_the_premise_is_flagged():
     assert fit_entropy_law(LN([1, 2, 3]), [1.0, 0.5, 0.0]).warning is None
     f = fit_entropy_law(LN([1, 2, 3]), [0.0, 0.5, 1.0])  # score rises with entropy: a = -0.5
     assert f.a == pytest.approx(-0.5) and f.warning.startswith("a <= 0") and f.to_dict()["warning"] == f.warning
+
+
+def test_auto_score_key(runs_root, mk):
+    from harness.results.collect import collect
+    from harness.results.points import resolve_score_key
+
+    curve = mk(runs_root / "a", "curve", steps=10, eval_every=5)  # evals at 0, 5, 10
+    final_only = mk(runs_root / "b", "final", steps=10, eval_every=100)  # evals at 0 and 10
+    assert resolve_score_key(collect([curve])) == "eval/arith/avg@4"
+    assert resolve_score_key(collect([final_only])) == "reward/mean"
+    with pytest.raises(ValueError, match="score key 'nope' is not in any metrics.jsonl"):
+        resolve_score_key(collect([curve]), "nope")
