@@ -37,7 +37,8 @@ def test_harness_theory_cli_writes_full_report(tmp_path):
         assert c["verdict"] in VERDICTS and c["evidence"] and c["statement"] and c["summary"]
         assert "unavailable" not in c["summary"]
     assert report["method_source"] == "harness"
-    for name in ("report.md", "first_order.png", "alpha_sensitivity.png", "unbiasedness.png"):
+    for name in ("report.md", "first_order.png", "entropy_reg_term.png", "alpha_sensitivity.png", "unbiasedness.png",
+                 "stability_margin.png"):
         assert (tmp_path / name).stat().st_size > 0
     assert elapsed < 60
 
