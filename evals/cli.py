@@ -39,6 +39,10 @@ def register(sub) -> None:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--workers", type=int, help="grading processes/threads (default: CPU count)")
     p.add_argument("--sandbox-python", help="interpreter for code (default /usr/bin/python3)")
+    p.add_argument("--lm-eval-tasks", help="run these lm-eval tasks through our engine instead of --suites "
+                                          "(our suites are available as harness_<suite>)")
+    p.add_argument("--include-path", help="extra lm-eval task directory (with --lm-eval-tasks)")
+    p.add_argument("--lm-eval-metadata", help="JSON passed to lm-eval tasks, e.g. '{\"data_dir\": \"data/\"}'")
     p.set_defaults(func=cmd_eval)
 
     g = sub.add_parser("grade", help="re-grade saved generations (math or code JSONL)",
@@ -67,8 +71,10 @@ def _print_suites() -> int:
 def cmd_eval(args) -> int:
     if args.list_suites:
         return _print_suites()
+    if args.lm_eval_tasks:
+        return _cmd_lm_eval(args)
     if not args.model or not args.suites:
-        raise ValueError("harness eval needs --model and --suites (or --list-suites)")
+        raise ValueError("harness eval needs --model and --suites (or --list-suites, or --lm-eval-tasks)")
     from .engines import make_engine
     from .evaluate import evaluate
     from .suites import resolve_suites
@@ -103,6 +109,40 @@ def cmd_eval(args) -> int:
               f"(n_problems={r['n_problems']}, n={r['n_samples']}, T={r['temperature']:g}, top_p={r['top_p']:g}, "
               f"max_tokens={r['max_tokens']})  {extra}")
     print(f"results: {Path(out) / 'results.json'}")
+    return 0
+
+
+def _cmd_lm_eval(args) -> int:
+    from .engines import make_engine
+    from .evaluate import atomic_write_json
+    from .lm_eval_bridge import run_lm_eval
+
+    if not args.model:
+        raise ValueError("--lm-eval-tasks needs --model")
+    try:
+        meta = json.loads(args.lm_eval_metadata) if args.lm_eval_metadata else {}
+    except ValueError as e:
+        raise ValueError(f"--lm-eval-metadata is not valid JSON: {e}") from None
+    if args.data_dir:
+        meta.setdefault("data_dir", args.data_dir)
+    if args.fixtures:
+        meta.setdefault("fixtures", True)
+    if args.template:
+        meta.setdefault("template", args.template)
+    kw = {"chat": bool(args.chat)}
+    if args.engine == "hf":
+        kw.update(batch_size=args.batch_size, device=args.device)
+    engine = make_engine(args.engine, args.model, **kw)
+    tasks = [t.strip() for t in args.lm_eval_tasks.split(",") if t.strip()]
+    res = run_lm_eval(engine, tasks, include_path=args.include_path, limit=args.limit, metadata=meta,
+                      apply_chat_template=bool(args.chat))
+    out = Path(args.out or os.path.join("evals_out", Path(args.model.rstrip("/")).name))
+    out.mkdir(parents=True, exist_ok=True)
+    atomic_write_json(out / "lm_eval_results.json", res["results"])
+    for task, metrics in res["results"].items():
+        shown = "  ".join(f"{k}={v:.4f}" for k, v in metrics.items() if isinstance(v, float))
+        print(f"{task:24s} {shown}")
+    print(f"results: {out / 'lm_eval_results.json'}")
     return 0
 
 
