@@ -105,8 +105,19 @@ def test_logging_and_extra_flags(tmp_path):
     cfg = config(openrlhf={"extra_flags": {"--vllm.enforce_eager": True, "--actor.adam.eps": 1e-6,
                                            "--algo.advantage.is_correction_threshold": [0.5, 2.0]},
                            "env": {"NCCL_DEBUG": "INFO"}})
-    cfg["logging"] = {"tensorboard": True, "wandb": True}
-    plan = build_plan(cfg, tmp_path)
+    from harness.config import load_config
+
+    resolved = load_config(cfg).to_dict()  # wandb on: the local wandb-package check is the config module's job
+    resolved["logging"].update(tensorboard=True, wandb=True)
+
+    class Resolved:
+        def to_dict(self):
+            return resolved
+
+        def run_id(self):
+            return "0123456789ab"
+
+    plan = build_plan(Resolved(), tmp_path)
     argv = plan.argv
     assert argv[-6:] == ["--vllm.enforce_eager", "--actor.adam.eps", "1e-06",
                          "--algo.advantage.is_correction_threshold", "0.5", "2.0"]
@@ -141,6 +152,7 @@ def test_dry_run_command_shows_env_and_flags(tmp_path):
     (config(openrlhf={"reward": "/nope/r.py"}), "file not found"),
     (config(openrlhf={"extra_flags": {"--train.batch_size": 4}}), "set by the launcher"),
     (config(openrlhf={"extra_flags": {"train.seed": 4}}), "is not a flag"),
+    (config(openrlhf={"extra_flags": {"--train.async_enable": True}}), "not supported by the harness backend"),
     (config({"name": "kl_cov", "scope": "global"}, openrlhf={"extra_flags": {"--train.dynamic_batch_enable": True}}),
      "scope: global"),
 ])

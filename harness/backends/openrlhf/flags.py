@@ -235,6 +235,12 @@ def build_plan(config, run_dir: str | os.PathLike) -> LaunchPlan:
         if bad:
             raise OpenRLHFConfigError(f"method.scope: global selection plans over fixed micro-batch windows; it "
                                       f"cannot be combined with {', '.join(sorted(bad))} (use scope: micro_batch)")
+    unsupported = extra_keys & {"--train.async_enable", "--train.agent_func_path", "--reward.model_name_or_path",
+                                "--algo.advantage.estimator", "--critic.model_name_or_path"}
+    if unsupported:
+        raise OpenRLHFConfigError(f"openrlhf.extra_flags: {', '.join(sorted(unsupported))} is not supported by the "
+                                  f"harness backend (it replaces the advantages, rewards and step loop); allowed: "
+                                  f"any other OpenRLHF flag")
     if opts.reward != "math" and not os.path.exists(opts.reward):
         raise OpenRLHFConfigError(f"openrlhf.reward: file not found: {opts.reward}")
     reward = REWARD_FILE if opts.reward == "math" else os.path.abspath(opts.reward)

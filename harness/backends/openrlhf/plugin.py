@@ -329,7 +329,7 @@ def patch_ppo_trainer(module) -> None:
             STATE.prev_entropy = row.get("entropy", STATE.prev_entropy)
             bridge.append_metrics(cfg["run_dir"], row)
         steps = int(cfg.get("steps", 0))
-        if steps and global_step >= steps:
+        if steps and global_step >= steps and hasattr(self, "samples_generator"):
             if self.args.ckpt.save_steps != float("inf"):
                 self.args.ckpt.save_steps = 1  # checkpoint the last step too
             # stop the fit loop: the next generate_samples call reports an exhausted loader
