@@ -37,7 +37,10 @@ def write_sweep_report(runs_dir, out_dir, score_key: str = "auto", formats=("png
     out_dir = Path(out_dir)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # collect() keeps them in col.warnings; they go into the notes
-        col = collect([runs_dir])
+        try:
+            col = collect([runs_dir])
+        except FileNotFoundError as e:  # nothing ran yet: say so rather than fail the sweep
+            return [_write(out_dir / "leaderboard.md", f"# Leaderboard: {runs_dir}\n\nNo leaderboard: {e}\n")]
     written: list[Path] = []
     try:
         lb = build_leaderboard(col, reference=reference)

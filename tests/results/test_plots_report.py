@@ -101,3 +101,10 @@ def test_cli_plot_errors(runs_root, mk, tmp_path, capsys):
     assert main(["plot", str(runs_root), "--out", str(figs), "--include-incomplete", "--only",
                  "entropy_vs_step", "--formats", "png,pdf"]) == 0
     assert sorted(p.name for p in figs.iterdir()) == ["entropy_vs_step.pdf", "entropy_vs_step.png"]
+
+
+def test_sweep_report_with_no_run_dirs(tmp_path):
+    (tmp_path / "runs").mkdir()
+    written = write_sweep_report(tmp_path / "runs", tmp_path / "out")
+    assert [p.name for p in written] == ["leaderboard.md"]
+    assert "No leaderboard: no run directories under" in written[0].read_text()
