@@ -82,3 +82,46 @@ def make_experience(batch=4, prompt_len=3, action_len=5, seed=0, vocab=64, adv=N
                      action_log_probs=old * action_mask, advantages=adv * action_mask, info={})
     exp.to_device(torch.device(DEVICE))
     return exp
+
+
+def dp_rank_main(rank, world, model_dir, port, out_dir, method):
+    """One data-parallel rank (gloo, CPU): plans the global selection over its own micro-batches of a shared
+    8-row mini-batch through the patched iter_grad_accum_global_norm, and saves the plan."""
+    import json
+
+    import torch.distributed as dist
+
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), HARNESS_OPENRLHF_CPU_STUBS="1")
+    os.environ["HARNESS_OPENRLHF_PLUGIN"] = json.dumps(plugin_config(method))
+    torch.compile = lambda fn=None, *a, **k: fn if fn is not None else (lambda f: f)  # noqa: E731
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", rank=rank, world_size=world)
+    try:
+        from harness.backends.openrlhf import hook, plugin
+
+        hook.install()
+        import openrlhf.trainer.ray.ppo_actor as ppo_actor
+        from openrlhf.models import Actor
+        from openrlhf.trainer.ppo_utils.experience import Experience
+
+        ppo_actor.torch_dist_barrier_and_cuda_sync = lambda: None
+        ppo_actor.NaiveReplayBuffer = lambda *a, **k: SimpleNamespace()
+        actor = Actor(model_dir, attn_implementation="eager", param_dtype="bf16").float()
+        optim = torch.optim.AdamW(actor.parameters(), lr=1e-2)
+        sched = torch.optim.lr_scheduler.LambdaLR(optim, lambda _: 1.0)
+        strategy = FakeStrategy(trainer_args(), accumulated_gradient=2)
+        trainer = ppo_actor.ActorPPOTrainer(strategy, actor, None, optim, sched, micro_train_batch_size=2,
+                                            vllm_engines=None)
+        plugin.STATE.trainer = trainer
+        full = make_experience(batch=8, seed=2)
+        per_rank = 8 // world
+        rows = [slice(rank * per_rank + i, rank * per_rank + i + 2) for i in range(0, per_rank, 2)]
+        micro = [Experience(sequences=full.sequences[r], attention_mask=full.attention_mask[r],
+                            action_mask=full.action_mask[r], action_log_probs=full.action_log_probs[r],
+                            advantages=full.advantages[r], info={}) for r in rows]
+        out = list(ppo_actor.iter_grad_accum_global_norm(iter(micro), strategy, len(micro), lambda e: e.action_mask))
+        assert [it for it, _ in out] == micro
+        torch.save({"plan": torch.cat([e._harness_selected for e in micro]),
+                    "tokens": float(out[0][1]["batch_num_tokens"])}, os.path.join(out_dir, f"rank{rank}.pt"))
+    finally:
+        dist.destroy_process_group()

@@ -159,3 +159,33 @@ def test_real_ppo_train_selects_over_the_window(scope, configure, make_trainer, 
     else:
         assert frac >= 3 - 1e-6  # at least one token in each of the 3 micro-batches
     assert ppo_actor.iter_grad_accum_global_norm.__name__ == "planned"
+
+
+def test_global_scope_across_two_dp_ranks(tiny_model_dir, tmp_path, configure, make_trainer):
+    """Two gloo ranks, each with half of the mini-batch in two micro-batches: the planner's collectives
+    (through method.select_tokens) give the same tokens as one process selecting over all 8 rows."""
+    import socket
+
+    import harness
+    import torch.multiprocessing as mp
+
+    from orl_testlib import dp_rank_main
+
+    method = {"name": "kl_cov", "k_ratio": 0.15, "scope": "global"}
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    mp.spawn(dp_rank_main, args=(2, tiny_model_dir, port, str(tmp_path), method), nprocs=2, join=True)
+    parts = [torch.load(tmp_path / f"rank{r}.pt") for r in range(2)]
+
+    configure(method)
+    trainer = make_trainer(trainer_args())
+    full = make_experience(batch=8, seed=2)
+    with torch.no_grad():
+        lp = trainer.actor(full.sequences, full.action_mask, attention_mask=full.attention_mask)
+    m = harness.get_method("kl_cov", k_ratio=0.15, scope="global")
+    expected = m.select_tokens(lp, full.action_log_probs, full.advantages, full.action_mask)
+    got = torch.cat([p["plan"] for p in parts])
+    assert parts[0]["tokens"] == float(full.action_mask.sum()) / 2  # OpenRLHF's window norm: all ranks / gas
+    assert int(expected.sum()) == max(1, int(0.15 * int(full.action_mask.sum())))
+    assert torch.equal(got, expected)
