@@ -6,7 +6,6 @@ action axis last; a contextual bandit is ``z`` of shape (S, K) with a state dist
 
 from __future__ import annotations
 
-import math
 
 import numpy as np
 import torch
@@ -132,4 +131,3 @@ def gibbs(r: torch.Tensor, alpha: float) -> torch.Tensor:
     return torch.softmax(r / alpha, -1)
 
 
-LOG = math.log
