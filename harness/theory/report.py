@@ -69,10 +69,10 @@ SUMMARY = {
                            "step lowers entropy: {:.2f} / {:.2f} / {:.2f}; KL-Cov first update ratio 1".format(
                                *(v["P(gamma_reg > gamma_base)"] for v in e["entropy_reg"].values()),
                                *(v["P(... | PG step lowers entropy)"] for v in e["entropy_reg"].values()))),
-    "prop_vii1": lambda e: ("harness top-k == linear-time selection: {}; ns/token at 2^20: KL-Cov {:.0f}, "
+    "prop_vii1": lambda e: ("harness top-k == linear-time selection: {}; ns/token at 2^19: KL-Cov {:.0f}, "
                             "Clip-Cov {:.0f}, sort {:.0f}, introselect {:.1f}".format(
                                 all(e["harness_topk_equals_linear_time_selection"]),
-                                *(e["ns_per_token_at_N=2^20"][k] for k in ("kl_cov.select_tokens",
+                                *(e["ns_per_token_at_N=2^19"][k] for k in ("kl_cov.select_tokens",
                                                                            "clip_cov.select_tokens", "torch.sort",
                                                                            "numpy.partition (introselect)")))),
 }
