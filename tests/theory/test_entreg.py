@@ -35,3 +35,12 @@ def test_gradient_ascent_reaches_gibbs():
     r = t([0.0, 0.5, 1.0])
     z = ascend_reg(t([1.0, 0.0, -1.0]), r, [1.0], steps=2000, eta=1.0)
     assert float((probs(z[0]) - gibbs(r, 1.0)).abs().max()) < 1e-9
+
+
+def test_regularised_ascent_is_scale_invariant():
+    # J + alpha H with rewards c*r, coefficient c*alpha and step eta/c follows the same logits (cor_v1's window shift)
+    r = t([0.0, 0.3, 1.0, 0.7])
+    z0 = t([0.5, -0.2, 0.0, 0.1])
+    a = ascend_reg(z0, r, [0.05], steps=50, eta=1.0)
+    b = ascend_reg(z0, 10 * r, [0.5], steps=50, eta=0.1)
+    assert torch.allclose(a, b, atol=1e-12)

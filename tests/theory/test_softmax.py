@@ -70,3 +70,14 @@ def test_tree_gradient_has_visitation_weight():
     # hand: child a1 is reached with probability p0[a1], so dJ/dz1[a1, a2] = p0[a1] * p1 * (r - V(a1))
     assert torch.allclose(g1, p0[:, None] * p1 * a1, atol=1e-15)
     assert not torch.allclose(g1, p1 * a1, atol=1e-3)
+
+
+def test_first_order_error_is_the_hand_second_derivative():
+    # along d = (0, 1) the entropy is H(x) with x = z2 - z1, H'(x) = -x p(1-p), H''(x) = -p(1-p) - x p(1-p)(1-2p);
+    # at x = log 3 (p = 3/4): H'' = -3/16 + (3/32) log 3, so the first-order error is |H''| eps^2 / 2
+    from harness.theory.dynamics import first_order_errors
+
+    eps = np.array([1e-3, 1e-4])
+    _, err = first_order_errors(Z2, t([0.0, 1.0]), etas=eps)
+    expected = abs(-3 / 16 + 3 / 32 * math.log(3)) * eps ** 2 / 2
+    assert np.allclose(err, expected, rtol=1e-2)
