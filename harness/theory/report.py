@@ -108,15 +108,23 @@ def run_all(only: list[str] | None = None) -> dict:
             "seconds_total": round(sum(timing.values()), 2)}
 
 
+def _atomic_text(path: str, text: str) -> None:
+    with open(path + ".tmp", "w") as f:
+        f.write(text)
+    os.replace(path + ".tmp", path)
+
+
+def _savefig(fig, path: str) -> None:
+    fig.savefig(path + ".tmp.png", dpi=110)
+    os.replace(path + ".tmp.png", path)
+
+
 def write(report: dict, out: str) -> None:
+    """report.json, the figures, then report.md; each file written to a temporary name and renamed."""
     os.makedirs(out, exist_ok=True)
-    tmp = os.path.join(out, "report.json.tmp")
-    with open(tmp, "w") as f:
-        json.dump(report, f, indent=1, default=float)
-    os.replace(tmp, os.path.join(out, "report.json"))
+    _atomic_text(os.path.join(out, "report.json"), json.dumps(report, indent=1, default=float))
     figures(report, out)
-    with open(os.path.join(out, "report.md"), "w") as f:
-        f.write(markdown(report))
+    _atomic_text(os.path.join(out, "report.md"), markdown(report))
 
 
 def verdict_table(report: dict) -> str:
@@ -165,7 +173,7 @@ def figures(report: dict, out: str) -> None:
         ax.set_title("Theorem IV.1: first-order error is O(eta^2)")
         ax.legend(fontsize=7)
         fig.tight_layout()
-        fig.savefig(os.path.join(out, "first_order.png"), dpi=110)
+        _savefig(fig, os.path.join(out, "first_order.png"))
         plt.close(fig)
     if "thm_v1" in by:
         sw = by["thm_v1"]["evidence"]["sweep"]
@@ -182,7 +190,7 @@ def figures(report: dict, out: str) -> None:
         ax.set_title("Thm V.1: predicted / measured extra entropy term", fontsize=10)
         ax.legend(fontsize=7)
         fig.tight_layout()
-        fig.savefig(os.path.join(out, "entropy_reg_term.png"), dpi=110)
+        _savefig(fig, os.path.join(out, "entropy_reg_term.png"))
         plt.close(fig)
     if "cor_v1" in by:
         curves = by["cor_v1"]["evidence"]["curves"]
@@ -200,7 +208,7 @@ def figures(report: dict, out: str) -> None:
             ax.legend(fontsize=6)
         fig.suptitle("Corollary V.1: alpha sensitivity (K=100 bandit)")
         fig.tight_layout()
-        fig.savefig(os.path.join(out, "alpha_sensitivity.png"), dpi=110)
+        _savefig(fig, os.path.join(out, "alpha_sensitivity.png"))
         plt.close(fig)
     if "thm_vii4" in by:
         reg = by["thm_vii4"]["evidence"]["entropy_reg"]
@@ -213,7 +221,7 @@ def figures(report: dict, out: str) -> None:
         ax.set_title("Theorem VII.4: stability margin with entropy regularisation", fontsize=10)
         ax.legend(fontsize=7)
         fig.tight_layout()
-        fig.savefig(os.path.join(out, "stability_margin.png"), dpi=110)
+        _savefig(fig, os.path.join(out, "stability_margin.png"))
         plt.close(fig)
     if "thm_vii3" in by:
         curves = by["thm_vii3"]["evidence"]["curves"]
@@ -227,5 +235,5 @@ def figures(report: dict, out: str) -> None:
         ax.set_title("Theorem VII.3: bias of each method")
         ax.legend(fontsize=6)
         fig.tight_layout()
-        fig.savefig(os.path.join(out, "unbiasedness.png"), dpi=110)
+        _savefig(fig, os.path.join(out, "unbiasedness.png"))
         plt.close(fig)
