@@ -41,7 +41,13 @@ SUBMITIT_DIR = "_submitit"
 
 
 def cell_dir(runs_dir: Path, cell: Cell) -> Path:
-    return Path(runs_dir) / cell.dirname
+    """``<runs-dir>/<alias>__<id>``; an existing directory with the same id is reused even if the alias changed
+    (an edited spec that names a cell differently still finds its finished run)."""
+    path = Path(runs_dir) / cell.dirname
+    if path.exists() or not Path(runs_dir).is_dir():
+        return path
+    same_id = sorted(p for p in Path(runs_dir).glob(f"*__{cell.id}") if (p / CELL_FILE).exists())
+    return same_id[0] if same_id else path
 
 
 def launch_command(config: dict, run_dir: Path) -> str:

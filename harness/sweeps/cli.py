@@ -70,9 +70,10 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     if todo:
         runs_dir.mkdir(parents=True, exist_ok=True)
         atomic_write_text(runs_dir / "sweep.yaml", Path(args.spec).read_text())
+        commands = launch_commands(todo, runs_dir)  # backend errors surface before any directory is written
         resumed = 0
         for c in todo:
-            d = C.materialise(c, runs_dir, spec.name, spec_path=str(args.spec))
+            d = C.materialise(c, runs_dir, spec.name, spec_path=str(args.spec), command=commands[c.id])
             resumed += any((d / "checkpoints").glob("*"))
         print(f"{spec.name}: submitting {len(todo)} of {len(cells)} cells ({resumed} resume from a checkpoint) "
               f"with the {args.executor} executor into {runs_dir}")
@@ -130,6 +131,17 @@ def select(cells: list[Cell], existing: dict[str, CellStatus], only: list[str] |
     return todo, skipped
 
 
+def launch_commands(cells: list[Cell], runs_dir: Path) -> dict[str, str]:
+    """Each cell's launch command (the OpenRLHF backend validates its own section here)."""
+    out = {}
+    for c in cells:
+        try:
+            out[c.id] = C.launch_command(c.config, C.cell_dir(runs_dir, c))
+        except ValueError as e:
+            raise ValueError(f"cell {c.alias}: {e}") from None
+    return out
+
+
 def print_plan(spec: SweepSpec, cells: list[Cell], runs_dir: Path, executor: str) -> None:
     groups = group_by_resources(cells)
     print(f"sweep {spec.name}: {len(cells)} cells in {len(groups)} resource group(s); runs dir {runs_dir}; "
@@ -139,10 +151,10 @@ def print_plan(spec: SweepSpec, cells: list[Cell], runs_dir: Path, executor: str
         print(f"\ngroup g{k}: {len(group)} cells, one job array; submitit parameters (slurm executor):")
         for key, value in params.items():
             print(f"    {key}: {value}")
+        commands = launch_commands(group, runs_dir)
         for c in group:
-            d = C.cell_dir(runs_dir, c)
-            print(f"  {c.alias}  id={c.id}  dir={d}")
-            print(f"    $ {C.launch_command(c.config, d)}")
+            print(f"  {c.alias}  id={c.id}  dir={C.cell_dir(runs_dir, c)}")
+            print(f"    $ {commands[c.id]}")
 
 
 def print_resubmit_hint(rows: list[CellStatus], spec: str | Path, runs_dir: Path) -> None:

@@ -106,19 +106,24 @@ def _submit_array(ex, group, dirs, target, folder, gname, report, log) -> None:
 def _run_local(ex, group, dirs, target, folder, gname, report, parallel, bar) -> None:
     queue = list(zip(group, dirs))
     running: list = []
-    while queue or running:
-        while queue and len(running) < parallel:
-            c, d = queue.pop(0)
-            job = ex.submit(CellJob(target), str(d))
-            C.record_job(d, job.job_id, "local", folder / "%j", gname)
-            report.submitted.append(c.id)
-            report.job_ids[c.id] = job.job_id
-            running.append(job)
-        time.sleep(0.2)
-        finished = [j for j in running if j.done()]
-        running = [j for j in running if j not in finished]
-        if bar is not None and finished:
-            bar.update(len(finished))
+    try:
+        while queue or running:
+            while queue and len(running) < parallel:
+                c, d = queue.pop(0)
+                job = ex.submit(CellJob(target), str(d))
+                C.record_job(d, job.job_id, "local", folder / "%j", gname)
+                report.submitted.append(c.id)
+                report.job_ids[c.id] = job.job_id
+                running.append(job)
+            time.sleep(0.2)
+            finished = [j for j in running if j.done()]
+            running = [j for j in running if j not in finished]
+            if bar is not None and finished:
+                bar.update(len(finished))
+    except KeyboardInterrupt:  # stop the cells of this machine too; a rerun resumes them from their checkpoints
+        for job in running:
+            job.cancel(check=False)
+        raise
 
 
 def _run_debug(ex, group, dirs, target, folder, gname, report, bar) -> None:

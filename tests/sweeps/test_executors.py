@@ -112,3 +112,14 @@ def test_local_executor_refuses_multi_node_cells(tmp_path):
     cells = make(tmp_path, ["ok"], resources={"default": {"nodes": 2}})
     with pytest.raises(ValueError, match="local executor runs on one machine"):
         submit_cells(cells, tmp_path, "local", target=TARGET, progress=False)
+
+
+def test_a_renamed_alias_still_finds_the_finished_run_by_its_id(tmp_path):
+    cells = make(tmp_path, ["ok"])
+    submit_cells(cells, tmp_path, "debug", target=TARGET, progress=False)
+    d = C.cell_dir(tmp_path, cells[0])
+    renamed = d.parent / f"an-older-alias__{cells[0].id}"
+    d.rename(renamed)
+    assert C.cell_dir(tmp_path, cells[0]) == renamed
+    todo, skipped = select(cells, {cells[0].id: cell_status(renamed)}, None)
+    assert todo == [] and skipped["done (result.json)"] == [cells[0].alias]
