@@ -57,8 +57,8 @@ class WarmStartConfig:
     max_steps: int = _opt(3000, kind=int, min=0)
     batch_size: int = _opt(64, kind=int, min=1)
     lr: float = _opt(3e-3, kind=float, min=0.0)
-    check_every: int = _opt(50, kind=int, min=1)
-    min_steps: int = _opt(100, kind=int, min=0)
+    check_every: int = _opt(10, kind=int, min=1)
+    min_steps: int = _opt(50, kind=int, min=0)
 
 
 @dataclass
