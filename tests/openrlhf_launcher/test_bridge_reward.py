@@ -99,3 +99,13 @@ def test_missing_eval_extra_message_names_it(monkeypatch):
     monkeypatch.setattr(builtins, "__import__", no_math_verify)
     with pytest.raises(ImportError, match=r"entropy-harness\[eval\]"):
         reward._pool()
+
+
+def test_code_reward_runs_the_tests_in_the_sandbox(monkeypatch):
+    monkeypatch.setenv("HARNESS_OPENRLHF_PLUGIN", json.dumps({"reward": "code"}))
+    label = json.dumps({"test": "def check(f):\n    assert f(2, 3) == 5\n", "entry_point": "add"})
+    good = "```python\ndef add(a, b):\n    return a + b\n```"
+    bad = "```python\ndef add(a, b):\n    return a - b\n```"
+    out = reward.reward_func(["P" + good, "P" + bad, "P" + good], ["P", "P", "P"], [label, label, "not json"])
+    assert out["rewards"].tolist() == [1.0, 0.0, 0.0]
+    assert out["extra_logs"]["reward/grading_failures"].tolist() == [0.0, 0.0, 1.0]  # bad label: counted

@@ -148,7 +148,7 @@ def test_dry_run_command_shows_env_and_flags(tmp_path):
     (config(openrlhf={"gpus": 8}), r"openrlhf.gpus: unknown key. Did you mean 'gpus_per_node'"),
     (config(openrlhf={"zero_stage": 4}), "openrlhf.zero_stage: 4 is not allowed"),
     (config(openrlhf={"kl_coef": 0.01}), "needs openrlhf.kl_use_loss: true"),
-    (config(openrlhf={"reward": "code"}), "openrlhf.reward: 'code' is not allowed"),
+    (config(openrlhf={"reward": "lean"}), "openrlhf.reward: 'lean' is not allowed"),
     (config(openrlhf={"reward": "/nope/r.py"}), "file not found"),
     (config(openrlhf={"extra_flags": {"--train.batch_size": 4}}), "set by the launcher"),
     (config(openrlhf={"extra_flags": {"train.seed": 4}}), "is not a flag"),

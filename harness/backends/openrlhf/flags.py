@@ -26,7 +26,7 @@ EXTRA = "pip install 'entropy-harness[openrlhf]' (GPU: also vllm==0.29.0 and fla
 ESTIMATORS = {"grpo": "group_norm", "rloo": "rloo"}  # harness advantage -> OpenRLHF built-in base estimator
 AGG_MODES = ("token-mean", "seq-mean-token-mean")      # the two OpenRLHF's aggregate_loss implements
 BUILTIN_EQUIVALENT = ("grpo", "rloo", "clip_higher", "entropy_bonus")
-REWARDS = ("math",)
+REWARDS = ("math", "code")  # both graded by reward.py (harness graders)
 
 
 class OpenRLHFConfigError(ValueError):
@@ -53,7 +53,7 @@ class OpenRLHFOptions:
     label_key: str = "answer"
     apply_chat_template: bool = True
     input_template: str | None = None
-    reward: str = "math"                   # math (harness grader) or a path to a reward_func .py file
+    reward: str = "math"                   # math | code (harness graders) or a path to a reward_func .py file
     kl_coef: float = 0.0                   # >0 adds a reference model; only as a loss (kl_use_loss) here
     kl_use_loss: bool = False
     kl_estimator: str = "k3"
@@ -241,9 +241,9 @@ def build_plan(config, run_dir: str | os.PathLike) -> LaunchPlan:
         raise OpenRLHFConfigError(f"openrlhf.extra_flags: {', '.join(sorted(unsupported))} is not supported by the "
                                   f"harness backend (it replaces the advantages, rewards and step loop); allowed: "
                                   f"any other OpenRLHF flag")
-    if opts.reward != "math" and not os.path.exists(opts.reward):
+    if opts.reward not in REWARDS and not os.path.exists(opts.reward):
         raise OpenRLHFConfigError(f"openrlhf.reward: file not found: {opts.reward}")
-    reward = REWARD_FILE if opts.reward == "math" else os.path.abspath(opts.reward)
+    reward = REWARD_FILE if opts.reward in REWARDS else os.path.abspath(opts.reward)
     max_new = int(train.get("max_new_tokens", 1024))
     # model.dtype picks the DeepSpeed dtype when it is a half type; float32 (the pocket default) -> openrlhf.param_dtype
     param_dtype = {"bfloat16": "bf16", "float16": "fp16"}.get(str(model.get("dtype")), opts.param_dtype)
