@@ -32,6 +32,7 @@ def register(sub) -> None:
     p.add_argument("--out", help="output directory (default evals_out/<model name>)")
     p.add_argument("--batch-size", type=int, default=8, help="hf engine batch size")
     p.add_argument("--device", help="hf engine device (default cuda if available else cpu)")
+    p.add_argument("--threads", type=int, help="hf engine: torch CPU threads (default: torch's choice)")
     chat = p.add_mutually_exclusive_group()
     chat.add_argument("--chat", dest="chat", action="store_true", default=None, help="force the chat template")
     chat.add_argument("--no-chat", dest="chat", action="store_false", help="raw prompts, no chat template")
@@ -80,15 +81,16 @@ def cmd_eval(args) -> int:
     from .suites import resolve_suites
 
     suites = resolve_suites(args.suites)
-    for s in suites:  # validate protocol overrides before loading a model
+    for s in suites:  # validate protocol overrides and data before loading a model
         s.protocol.with_overrides(n_samples=args.n, temperature=args.temperature, top_p=args.top_p,
                                   max_tokens=args.max_tokens)
+        s.load(data_dir=args.data_dir, fixtures=args.fixtures, limit=args.limit, template=args.template)
     sandbox = None
     if any(s.kind == "code" for s in suites):
         sandbox = _make_sandbox(args.sandbox_python, args.workers, None)
     kw = {"chat": args.chat}
     if args.engine == "hf":
-        kw.update(batch_size=args.batch_size, device=args.device)
+        kw.update(batch_size=args.batch_size, device=args.device, threads=args.threads)
     elif args.engine == "vllm":
         kw.update(tensor_parallel_size=args.tensor_parallel_size, seed=args.seed)
     engine = make_engine(args.engine, args.model, **kw)
@@ -131,7 +133,7 @@ def _cmd_lm_eval(args) -> int:
         meta.setdefault("template", args.template)
     kw = {"chat": bool(args.chat)}
     if args.engine == "hf":
-        kw.update(batch_size=args.batch_size, device=args.device)
+        kw.update(batch_size=args.batch_size, device=args.device, threads=args.threads)
     engine = make_engine(args.engine, args.model, **kw)
     tasks = [t.strip() for t in args.lm_eval_tasks.split(",") if t.strip()]
     res = run_lm_eval(engine, tasks, include_path=args.include_path, limit=args.limit, metadata=meta,
