@@ -32,8 +32,6 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Sequence
 
-from tqdm.auto import tqdm
-
 HERE = Path(__file__).resolve().parent
 LAUNCHER = HERE / "_sandbox_launcher.py"
 RUNNER = HERE / "_sandbox_runner.py"
@@ -119,7 +117,11 @@ class Sandbox:
             out.append("PID namespace (programs can see/signal other processes of the same user)")
         if iso.get("filesystem") != "chroot":
             out.append("filesystem isolation (programs can read/write what the user can, including /tmp)")
-        if not str(iso.get("user", "")).startswith("uid"):
+        user = str(iso.get("user", ""))
+        if user == "user-namespace":
+            out.append("separate uid (programs run as the grading user, confined to their user/PID/mount "
+                       "namespaces; rlimits apply)")
+        elif not user.startswith("uid"):
             out.append("unprivileged uid" + (" (running as root: limits are not enforced)" if self.is_root else
                                              " (programs run as the grading user)"))
         return out
@@ -141,7 +143,11 @@ class Sandbox:
             -> list[ExecResult]:
         with ThreadPoolExecutor(self.workers) as ex:
             futs = [ex.submit(self.run, f, j) for f, j in items]
-            return [f.result() for f in tqdm(futs, desc=desc, disable=not progress, leave=False)]
+            if progress:
+                from tqdm.auto import tqdm
+
+                futs = tqdm(futs, desc=desc, leave=False)
+            return [f.result() for f in futs]
 
     def close(self) -> None:
         shutil.rmtree(self._base, ignore_errors=True)

@@ -140,3 +140,38 @@ def test_many_programs_in_parallel(sandbox):
     items[5]["response"] = "    return -1\n"
     verdicts = grade_code_many(items, sandbox)
     assert [v["correct"] for v in verdicts] == [i != 5 for i in range(12)]
+
+
+@pytest.mark.skipif(not ROOT or not os.path.exists("/usr/bin/setpriv"), reason="needs root + setpriv")
+def test_as_unprivileged_user_it_uses_user_namespaces_and_says_what_is_missing(tmp_path):
+    """Run the grader itself as nobody (system python, stdlib only): isolation via user namespaces."""
+    import subprocess
+    from pathlib import Path
+
+    repo = Path(__file__).resolve().parents[2]
+    script = (
+        "import sys, json; sys.path.insert(0, %r)\n"
+        "from evals.sandbox import Sandbox, Limits\n"
+        "sb = Sandbox(limits=Limits(wall_s=3, cpu_s=3), workers=1)\n"
+        "codes = ['import socket\\nsocket.create_connection((\"127.0.0.1\", 22), timeout=1)',\n"
+        "         'open(\"/tmp/harness_nonroot_probe\", \"w\").write(\"1\")\\nimport os\\nassert os.listdir(\"/tmp\")',\n"
+        "         'while True: pass']\n"
+        "res = [sb.run({'prog.py': c}, {'mode': 'script'}) for c in codes]\n"
+        "print(json.dumps({'iso': sb.isolation, 'missing': sb.missing, 'describe': sb.describe(),\n"
+        "                  'res': [(r.status, r.report) for r in res]}))\n"
+        "sb.close()\n") % str(repo)
+    r = subprocess.run(["/usr/bin/setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "/usr/bin/python3",
+                        "-c", script], cwd="/tmp", capture_output=True, text=True, timeout=120)
+    if "sandbox self-test failed" in r.stderr and "unshare" in r.stderr:
+        pytest.skip("this kernel does not allow unprivileged user namespaces")
+    assert r.returncode == 0, r.stderr[-2000:]
+    import json
+
+    out = json.loads(r.stdout.strip().splitlines()[-1])
+    assert out["iso"]["user"] == "user-namespace" and out["iso"]["network"] == "private"
+    assert out["describe"].startswith("sandbox: MISSING") and "separate uid" in out["describe"]
+    (net_status, net_rep), (tmp_status, tmp_rep), (loop_status, _) = out["res"]
+    assert net_status == "completed" and "Network is unreachable" in net_rep["error"]
+    assert tmp_status == "completed" and tmp_rep["ok"]  # wrote into its private /tmp ...
+    assert not os.path.exists("/tmp/harness_nonroot_probe")  # ... which is not the real one
+    assert loop_status == "timeout"
