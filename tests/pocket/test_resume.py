@@ -62,11 +62,16 @@ def test_ctrl_c_checkpoints_and_resume_matches_uninterrupted(tiny, tmp_path):
     assert all(torch.equal(a[k], b[k]) for k in a)
 
 
-def test_crash_resumes_from_last_checkpoint_and_replays_later_steps(tiny, tmp_path, monkeypatch):
+@pytest.mark.parametrize("method", ["entropy_bonus", "prime"])
+def test_crash_resumes_from_last_checkpoint_and_replays_later_steps(tiny, tmp_path, monkeypatch, method):
     from harness.backends.pocket.trainer import PocketTrainer
 
     cfg = _learning_cfg(tiny, steps=6)
     cfg["train"]["checkpoint_every"] = 2
+    if method == "prime":  # PRM, its optimizer and the frozen reference must all come back from the checkpoint
+        cfg["method"] = {"name": "prime", "prm_lr": 1e-3}
+        cfg["model"] = {"name": "pocket-0.3m", "cache_dir": str(tmp_path / "cache"),
+                        "warm_start": {"max_steps": 20, "min_steps": 20, "check_every": 20, "batch_size": 16}}
     ref = run(load_config(cfg), tmp_path / "ref", quiet=True)
 
     real = PocketTrainer.train_step

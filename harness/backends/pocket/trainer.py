@@ -111,7 +111,8 @@ class PocketTrainer:
         if models.is_pocket(cfg.model.name):
             self.tok = TokenizerAdapter(build_char_tokenizer())
             self.model = models.build_pocket_model(cfg.model.name, len(self.tok), cfg.seed)
-            if cfg.model.warm_start.enabled != "false":
+            resuming = (self.run_dir / CKPT).exists()  # the checkpoint holds the weights: no warm start needed
+            if cfg.model.warm_start.enabled != "false" and not resuming:
                 from .warmstart import load_or_train
 
                 t0 = time.time()
@@ -143,9 +144,10 @@ class PocketTrainer:
     # ------------------------------------------------------------------------------------ checkpoints
     def save_checkpoint(self, step: int) -> None:
         blob = {"step": step, "model": self.model.state_dict(), "opt": self.opt.state_dict(),
-                "prev_entropy": self.prev_entropy, "timing": self.timing, "run_id": self.cfg.run_id()}
+                "prev_entropy": self.prev_entropy, "timing": self.timing, "run_id": self.cfg.run_id(),
+                "warm_start": self.warm_info}
         if self.prime:
-            blob.update(prm=self.prm.state_dict(), prm_opt=self.prm_opt.state_dict())
+            blob.update(prm=self.prm.state_dict(), prm_opt=self.prm_opt.state_dict(), ref=self.ref.state_dict())
         atomic_save_torch(self.run_dir / CKPT, blob)
 
     def maybe_resume(self) -> None:
@@ -157,10 +159,12 @@ class PocketTrainer:
         self.opt.load_state_dict(blob["opt"])
         if self.prime:
             self.prm.load_state_dict(blob["prm"])
+            self.ref.load_state_dict(blob["ref"])  # the frozen warm-started policy, not this process's init
             self.prm_opt.load_state_dict(blob["prm_opt"])
         self.start_step = int(blob["step"])
         self.prev_entropy = blob["prev_entropy"]
         self.timing.update(blob.get("timing", {}))
+        self.warm_info = blob.get("warm_start", self.warm_info)
         # steps logged after the checkpoint are replayed: keep metrics.jsonl consistent with the weights
         mpath = self.run_dir / "metrics.jsonl"
         rows = read_jsonl(mpath)
