@@ -8,10 +8,10 @@
 from __future__ import annotations
 
 import argparse
+import fcntl
 import sys
+from contextlib import contextmanager
 from pathlib import Path
-
-import yaml
 
 from harness.io import atomic_write_text
 from harness.sweeps import cells as C
@@ -59,16 +59,37 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     if args.dry_run:
         print_plan(spec, cells, runs_dir, args.executor)
         return 0
+    check_only(cells, args.only)
     for c in cells:
         check_fits_executor(c.resources, args.executor, f"cell {c.alias}")
+    with submission_lock(runs_dir):
+        return _submit(args, spec, cells, runs_dir)
 
+
+@contextmanager
+def submission_lock(runs_dir: Path):
+    """One `harness sweep` at a time per runs directory (two would submit the same cells twice)."""
+    runs_dir.mkdir(parents=True, exist_ok=True)
+    path = runs_dir / ".submit.lock"
+    with open(path, "w") as f:
+        try:
+            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise ValueError(f"{runs_dir}: another `harness sweep` is submitting into this directory ({path} is "
+                             f"locked); wait for it to finish or use another --runs-dir") from None
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
+
+
+def _submit(args: argparse.Namespace, spec: SweepSpec, cells: list[Cell], runs_dir: Path) -> int:
     existing = {c.id: st for c, st in zip(cells, _statuses_of(cells, runs_dir))}
     todo, skipped = select(cells, existing, args.only)
     for reason, names in skipped.items():
         if names:
             print(f"skip {len(names)} {reason}: {', '.join(names[:6])}{' ...' if len(names) > 6 else ''}")
     if todo:
-        runs_dir.mkdir(parents=True, exist_ok=True)
         atomic_write_text(runs_dir / "sweep.yaml", Path(args.spec).read_text())
         commands = launch_commands(todo, runs_dir)  # backend errors surface before any directory is written
         resumed = 0
@@ -86,7 +107,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
 
     dirs = [C.cell_dir(runs_dir, c) for c in cells if C.cell_dir(runs_dir, c).is_dir()]
     finished = args.executor != "slurm" or args.wait
-    if args.executor == "slurm" and args.wait and todo:
+    if args.executor == "slurm" and args.wait:  # also follows jobs an earlier submission left running
         wait_for(dirs, progress=not args.no_progress, desc=f"{spec.name} [slurm]")
     rows = statuses(dirs) + [CellStatus(C.cell_dir(runs_dir, c), c.id, c.alias, "pending", detail="not submitted")
                              for c in cells if not C.cell_dir(runs_dir, c).is_dir()]
@@ -107,16 +128,20 @@ def _statuses_of(cells: list[Cell], runs_dir: Path) -> list[CellStatus]:
     return [by_dir.get(d) or CellStatus(d, c.id, c.alias, "pending", detail="not submitted") for c, d in zip(cells, dirs)]
 
 
-def select(cells: list[Cell], existing: dict[str, CellStatus], only: list[str] | None):
-    """Cells to submit: not done, no job still out, and (with --only) in the given states or named."""
-    wanted_states = {o for o in only or [] if o in ONLY_STATES}
-    wanted_names = {o for o in only or [] if o not in ONLY_STATES}
+def check_only(cells: list[Cell], only: list[str] | None) -> None:
     known = {c.alias for c in cells} | {c.id for c in cells}
-    unknown = sorted(wanted_names - known)
+    unknown = sorted({o for o in only or [] if o not in ONLY_STATES} - known)
     if unknown:
         from harness.registry import did_you_mean
 
         raise ValueError("--only: " + did_you_mean(unknown[0], sorted(known) + list(ONLY_STATES), "cell or state"))
+
+
+def select(cells: list[Cell], existing: dict[str, CellStatus], only: list[str] | None):
+    """Cells to submit: not done, no job still out, and (with --only) in the given states or named."""
+    check_only(cells, only)
+    wanted_states = {o for o in only or [] if o in ONLY_STATES}
+    wanted_names = {o for o in only or [] if o not in ONLY_STATES}
     todo, skipped = [], {"done (result.json)": [], "with a job still queued or running": [], "not selected by --only": []}
     for c in cells:
         st = existing[c.id]

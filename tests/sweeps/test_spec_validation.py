@@ -113,3 +113,15 @@ def test_cli_only_with_unknown_cell(tmp_path, capsys):
     assert main(["sweep", str(p), "--runs-dir", str(tmp_path / "r"), "--only", "gpro__s0"]) == 2
     assert "--only" in capsys.readouterr().err
     assert not (tmp_path / "r").exists()
+
+
+def test_a_second_concurrent_submission_into_the_same_runs_dir_is_refused(tmp_path, capsys):
+    from harness.sweeps.cli import submission_lock
+
+    p = tmp_path / "s.yaml"
+    p.write_text(yaml.safe_dump(spec()))
+    runs = tmp_path / "r"
+    with submission_lock(runs):
+        assert main(["sweep", str(p), "--runs-dir", str(runs), "--executor", "debug"]) == 2
+    assert "another `harness sweep` is submitting" in capsys.readouterr().err
+    assert not list(runs.glob("*/cell.json"))
