@@ -153,6 +153,8 @@ def test_dry_run_command_shows_env_and_flags(tmp_path):
     (config(openrlhf={"extra_flags": {"--train.batch_size": 4}}), "set by the launcher"),
     (config(openrlhf={"extra_flags": {"train.seed": 4}}), "is not a flag"),
     (config(openrlhf={"extra_flags": {"--train.async_enable": True}}), "not supported by the harness backend"),
+    (config(openrlhf={"extra_flags": {"--actor.dual_clip": 3.0}}), "silently ignore"),
+    (config(openrlhf={"extra_flags": {"--algo.advantage.is_correction_level": "token"}}), "silently ignore"),
     (config({"name": "kl_cov", "scope": "global"}, openrlhf={"extra_flags": {"--train.dynamic_batch_enable": True}}),
      "scope: global"),
 ])

@@ -241,6 +241,13 @@ def build_plan(config, run_dir: str | os.PathLike) -> LaunchPlan:
         raise OpenRLHFConfigError(f"openrlhf.extra_flags: {', '.join(sorted(unsupported))} is not supported by the "
                                   f"harness backend (it replaces the advantages, rewards and step loop); allowed: "
                                   f"any other OpenRLHF flag")
+    ignored = {"--actor.dual_clip"} & extra_keys
+    if str(opts.extra_flags.get("--algo.advantage.is_correction_level", "off")) != "off":
+        ignored.add("--algo.advantage.is_correction_level")
+    if ignored:
+        raise OpenRLHFConfigError(f"openrlhf.extra_flags: {', '.join(sorted(ignored))} changes OpenRLHF's built-in "
+                                  f"PolicyLoss, which the harness method replaces (the method's loss would silently "
+                                  f"ignore it); express it as a method instead")
     if opts.reward not in REWARDS and not os.path.exists(opts.reward):
         raise OpenRLHFConfigError(f"openrlhf.reward: file not found: {opts.reward}")
     reward = REWARD_FILE if opts.reward in REWARDS else os.path.abspath(opts.reward)
