@@ -107,6 +107,10 @@ def score_suite(suite: Suite, problems: list[dict], responses: dict[str, list[st
         if suite.kind in ("math", "pocket"):
             per[row["id"]]["answers"].append(answer_key(v.get("pred")) if suite.kind == "math" else v.get("pred"))
     per_problem = [per[p["id"]] for p in problems]
+    if suite.kind == "math" and protocol.n_samples > 1:  # maj@k over equivalence classes, not strings
+        from .math_grader import merge_equivalent_answers
+
+        merge_equivalent_answers(per_problem, workers=workers)
     if suite.kind == "code":
         for d in per_problem:
             d.pop("answers")

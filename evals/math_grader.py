@@ -246,3 +246,43 @@ def grade_math_many(pairs: Iterable[tuple[str, str]], workers: int | None = None
         return []
     with MathGraderPool(workers=min(workers or os.cpu_count() or 1, len(pairs)), timeout_s=timeout_s) as pool:
         return pool.grade(pairs, progress=progress)
+
+
+def merge_equivalent_answers(per_problem: list[dict], workers: int | None = None,
+                             timeout_s: float = DEFAULT_ITEM_TIMEOUT_S) -> None:
+    """Make ``answers`` keys equal for mathematically equivalent answers, in place (for maj@k).
+
+    Each entry has ``answers`` (normalised answer strings or None) and ``correct`` (bools). Correct answers are
+    all equivalent to the gold answer, so they become one class. Distinct wrong answers are compared pairwise
+    with math-verify (in the pool) only where merging could change the vote: when the wrong samples together
+    are at least as many as the correct ones."""
+    pairs, where = [], []
+    for pi, p in enumerate(per_problem):
+        answers, correct = p["answers"], p["correct"]
+        keys = ["<correct>" if ok and a is not None else a for a, ok in zip(answers, correct)]
+        p["answers"] = keys
+        wrong = sorted({a for a, ok in zip(keys, correct) if a is not None and not ok})
+        n_wrong = sum(1 for a, ok in zip(keys, correct) if a is not None and not ok)
+        if len(wrong) < 2 or n_wrong < sum(correct):
+            continue
+        for i in range(len(wrong)):
+            for j in range(i + 1, len(wrong)):
+                pairs.append(("\\boxed{" + wrong[i] + "}", wrong[j]))
+                where.append((pi, wrong[i], wrong[j]))
+    if not pairs:
+        return
+    verdicts = grade_math_many(pairs, workers=workers, timeout_s=timeout_s)
+    parents: dict[tuple, tuple] = {}
+
+    def find(x):
+        while parents.get(x, x) != x:
+            x = parents[x]
+        return x
+
+    for (pi, a, b), v in zip(where, verdicts):
+        if v["correct"]:
+            ra, rb = find((pi, a)), find((pi, b))
+            if ra != rb:
+                parents[max(ra, rb)] = min(ra, rb)
+    for pi, p in enumerate(per_problem):
+        p["answers"] = [a if a in (None, "<correct>") else find((pi, a))[1] for a in p["answers"]]

@@ -87,9 +87,12 @@ class Sandbox:
         self.is_root = os.geteuid() == 0
         self.strict = self.is_root if strict is None else strict
         self.ro_paths = list(DEFAULT_RO_PATHS) + [p for p in ro_paths if p not in DEFAULT_RO_PATHS]
-        prefix = os.path.dirname(os.path.dirname(os.path.realpath(self.python)))
-        if not any(prefix == p or prefix.startswith(p + "/") for p in self.ro_paths):
-            self.ro_paths.append(prefix)
+        # the interpreter's prefix must be visible inside the chroot; for a venv both the venv (site-packages)
+        # and the base interpreter it links to
+        for exe in (os.path.abspath(self.python), os.path.realpath(self.python)):
+            prefix = os.path.dirname(os.path.dirname(exe))
+            if not any(prefix == p or prefix.startswith(p + "/") for p in self.ro_paths):
+                self.ro_paths.append(prefix)
         self._base = Path(tempfile.mkdtemp(prefix="harness-sandbox-"))
         os.chmod(self._base, 0o711)
         (self._base / "root").mkdir()

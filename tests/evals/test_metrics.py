@@ -66,3 +66,19 @@ def test_summarize_greedy_and_errors():
         summarize([{"correct": [True]}, {"correct": [True, False]}])
     with pytest.raises(ValueError):
         summarize([])
+
+
+def test_maj_merges_equivalent_wrong_answers():
+    pytest.importorskip("math_verify")
+    from evals.math_grader import merge_equivalent_answers
+
+    # gold 3: one correct sample; "1/2" and "0.5" are the same wrong answer -> that class (2) beats "3" (1)
+    per = [{"answers": ["3", "\\frac{1}{2}", "0.5", None], "correct": [True, False, False, False]},
+           # merging cannot change this vote (2 correct vs 2 wrong strings of different values)
+           {"answers": ["7", "7", "1", "2"], "correct": [True, True, False, False]}]
+    assert majority_correct(per[0]["answers"], per[0]["correct"])  # by strings: three classes of 1 -> first
+    merge_equivalent_answers(per, workers=1)
+    assert per[0]["answers"][1] == per[0]["answers"][2] != per[0]["answers"][0]
+    assert not majority_correct(per[0]["answers"], per[0]["correct"])
+    assert majority_correct(per[1]["answers"], per[1]["correct"])
+    assert summarize(per)["maj@4"] == 0.5
