@@ -44,6 +44,9 @@ def test_training_step_runs_our_method(method, coef, configure, make_trainer):
         frac = float(metrics["selected/frac"])
         assert 0 < frac <= 0.5, frac
         assert "cov/mean" in metrics
+        per_sample = metrics["harness/selected_per_sample"]
+        assert per_sample.shape == (4,)
+        assert float(per_sample.sum()) == pytest.approx(frac * float(exp.action_mask.sum()))
     if coef is not None:
         assert metrics["harness/entropy"].shape == (4,)
         assert 3.0 < float(metrics["harness/entropy"].mean()) < 4.3  # ~ln 64 for a random model

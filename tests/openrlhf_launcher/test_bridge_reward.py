@@ -12,7 +12,8 @@ STATUS = {"rollout/reward_mean": 0.25, "reward": 0.3, "harness/entropy": 0.8, "p
           "ppo_kl": -0.002, "rollout/response_length_mean": 120.0, "actor_lr": 5e-7, "timing/generation": 3.0,
           "timing/ppo_train": 2.0, "cov/mean": 0.004, "cov/top_0.02pct": 1.5, "selected/frac": 0.002,
           "reward/grading_failures": 0.0, "actor_grad_norm": 0.7, "entropy_loss": 0.79,
-          "generated_samples": ["text", 1.0], "bad": float("nan")}
+          "generated_samples": ["text", 1.0], "bad": float("nan"), "harness/selected_per_sample": 0.5,
+          "rollout/num_samples": 2048.0}
 
 
 def test_status_to_metrics_row():
@@ -22,7 +23,8 @@ def test_status_to_metrics_row():
         "ppo_kl": -0.002, "response/length": 120.0, "lr": 5e-7, "time/rollout": 3.0, "time/update": 2.0,
         "cov/mean": 0.004, "cov/top_0.02pct": 1.5, "selected/frac": 0.002, "reward/grading_failures": 0.0,
         "openrlhf/reward": 0.3, "openrlhf/actor_grad_norm": 0.7, "openrlhf/entropy_loss": 0.79,
-        "time/wall": 12.5}
+        "openrlhf/harness/selected_per_sample": 0.5, "openrlhf/rollout/num_samples": 2048.0,
+        "selected/count": 1024.0, "time/wall": 12.5}
 
 
 def test_missing_is_missing_not_zero():

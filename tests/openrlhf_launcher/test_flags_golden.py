@@ -181,6 +181,18 @@ def test_missing_openrlhf_names_the_extra(tmp_path, monkeypatch):
     assert isinstance(launch.OpenRLHFMissingError("x"), ImportError)
 
 
+def test_wrong_openrlhf_version_is_refused(monkeypatch):
+    import importlib.metadata
+    import importlib.util
+
+    from harness.backends.openrlhf import launch
+
+    monkeypatch.setattr(importlib.util, "find_spec", lambda n, *a: object())
+    monkeypatch.setattr(importlib.metadata, "version", lambda n: "0.11.0")
+    with pytest.raises(ImportError, match=r"openrlhf==0.11.2 .* found 0.11.0"):
+        launch.require_openrlhf()
+
+
 def test_backend_module_imports_without_openrlhf():
     import subprocess
     import sys

@@ -54,6 +54,9 @@ def to_harness_metrics(status: dict, step: int, prev_entropy: float | None = Non
             row[key] = value
         else:
             row[f"openrlhf/{key}"] = value
+    per_sample, samples = _number(status.get("harness/selected_per_sample")), _number(status.get("rollout/num_samples"))
+    if per_sample is not None and samples is not None:
+        row["selected/count"] = per_sample * samples  # tokens selected over the step's samples (1 epoch)
     if "entropy" in row and prev_entropy is not None:
         row["entropy/delta"] = row["entropy"] - prev_entropy
     if wall_s is not None:

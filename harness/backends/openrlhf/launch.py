@@ -17,6 +17,8 @@ from pathlib import Path
 
 from harness.backends.openrlhf.flags import EXTRA, HOOK, PLUGIN_ENV
 
+OPENRLHF_VERSION = "0.11.2"
+
 REPO_ROOT = str(Path(__file__).resolve().parents[3])
 
 
@@ -31,6 +33,13 @@ def require_openrlhf() -> None:
     missing = [m for m in ("openrlhf", "ray", "deepspeed") if importlib.util.find_spec(m) is None]
     if missing:
         raise OpenRLHFMissingError(f"backend openrlhf needs {', '.join(missing)}, which is not installed: {EXTRA}")
+    import importlib.metadata
+
+    version = importlib.metadata.version("openrlhf")
+    if version != OPENRLHF_VERSION:
+        raise OpenRLHFMissingError(
+            f"backend openrlhf is written against openrlhf=={OPENRLHF_VERSION} (its private loss/advantage seams "
+            f"change between releases), found {version}: {EXTRA}")
 
 
 def runtime_env(extra_env: dict | None = None) -> dict:

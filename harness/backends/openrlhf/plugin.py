@@ -145,6 +145,11 @@ def publish_metrics(experience, metrics: dict, mask, entropy) -> None:
         if key in SKIP_METRICS or not isinstance(value, (int, float)):
             continue
         experience.info[key] = torch.tensor(float(value), device=device)
+    count = metrics.get("selected/count")
+    if isinstance(count, (int, float)) and mask.shape[0]:
+        # (B,) sample-weighted: the bridge turns the step mean back into a count (x samples in the step)
+        experience.info["harness/selected_per_sample"] = torch.full((mask.shape[0],), float(count) / mask.shape[0],
+                                                                    device=device)
     if entropy is not None:
         m = mask.float()
         per_row = (entropy.detach().float() * m).sum(-1) / m.sum(-1).clamp_min(1)
