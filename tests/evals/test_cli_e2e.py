@@ -91,13 +91,19 @@ def test_eval_code_suite_with_fixture_data(tiny_model, tmp_path):
     assert all(g["status"] in ("failed", "error") for g in graded)
 
 
-def test_eval_errors(tmp_path, capsys):
+def test_eval_errors(tmp_path, capsys, monkeypatch):
     assert main(["eval", "--model", str(tmp_path / "nope"), "--suites", "aime42"]) == 2
     assert "'aime24'" in capsys.readouterr().err
     assert main(["eval", "--model", str(tmp_path / "nope"), "--suites", "math500", "--n", "4"]) == 2
     assert "temperature" in capsys.readouterr().err
-    assert main(["eval", "--model", str(tmp_path / "nope"), "--suites", "math500"]) == 2
-    assert "nope" in capsys.readouterr().err
+    assert main(["eval", "--model", str(tmp_path / "nope"), "--suites", "math500", "--fixtures"]) == 2
+    assert "nope does not exist" in capsys.readouterr().err
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
+    assert main(["eval", "--model", str(tmp_path / "nope"), "--suites", "math500"]) == 2  # data checked first
+    err = capsys.readouterr().err
+    assert "HuggingFaceH4/MATH-500" in err and "--data-dir" in err
     assert main(["eval", "--list-suites"]) == 0
     assert "aime24" in capsys.readouterr().out
 
