@@ -200,3 +200,43 @@ def test_backend_module_imports_without_openrlhf():
     code = ("import sys, harness.backends.openrlhf as b; from harness.backends.openrlhf import flags, bridge, hook;"
             "assert 'openrlhf' not in sys.modules and 'ray' not in sys.modules and 'deepspeed' not in sys.modules")
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_slurm_worker_task_returns_the_heads_result(tmp_path, monkeypatch):
+    """Non-head tasks of a multi-node job run the same launch (they join the head's Ray and block), then
+    return what the head task wrote instead of writing a result of their own."""
+    import json
+    import subprocess
+    import threading
+    import time
+
+    from harness.backends.openrlhf import runner
+
+    monkeypatch.setenv("SLURM_NNODES", "4")
+    monkeypatch.setenv("SLURM_PROCID", "2")
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    monkeypatch.setattr(runner, "require_openrlhf", lambda: None)
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    (run_dir / "result.json").write_text(json.dumps({"status": "failed", "old": True}))  # a stale attempt
+    old = time.time() - 100
+    import os
+
+    os.utime(run_dir / "result.json", (old, old))
+    calls = []
+
+    def head_finishes():
+        time.sleep(0.3)
+        (run_dir / "result.json").write_text(json.dumps({"status": "completed", "steps": 3}))
+
+    def fake_run(cmd, env, stdout, stderr):  # the worker's launch returns when the head stops Ray ...
+        calls.append(cmd)
+        threading.Thread(target=head_finishes).start()  # ... and the head writes its result a bit later
+        return subprocess.CompletedProcess(cmd, 0)
+
+    monkeypatch.setattr(runner.subprocess, "run", fake_run)
+    monkeypatch.setattr(runner, "POLL_S", 0.05)
+    fields = runner.train(config(), run_dir)
+    assert fields == {"steps": 3}
+    assert calls and calls[0][2] == "harness.backends.openrlhf.launch"
+    assert (run_dir / "openrlhf.task2.log").exists()

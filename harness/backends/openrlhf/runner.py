@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import time
 from pathlib import Path
 
 from harness.backends.openrlhf.flags import build_plan
@@ -21,6 +22,27 @@ def command(plan, run_dir) -> list[str]:
 
 
 RUNNER_OWNED = ("status", "wall_time_s")  # harness.runner.run sets these itself
+WORKER_WAIT_S = 900.0
+POLL_S = 5.0
+
+
+def is_worker_task() -> bool:
+    """A non-head task of a multi-node SLURM job: it only lends its node to the head's Ray cluster."""
+    return (int(os.environ.get("SLURM_NNODES", "1")) > 1 and int(os.environ.get("SLURM_PROCID", "0")) != 0
+            and not os.environ.get("RAY_ADDRESS"))
+
+
+def wait_for_result(path: Path, since: float, timeout_s: float = WORKER_WAIT_S) -> dict:
+    """The head task's result.json written after ``since`` (worker tasks return what the head wrote)."""
+    deadline = time.time() + timeout_s
+    while time.time() < deadline:
+        if path.exists() and path.stat().st_mtime >= since:
+            try:
+                return json.loads(path.read_text())
+            except json.JSONDecodeError:
+                pass  # being replaced right now
+        time.sleep(POLL_S)
+    raise RuntimeError(f"worker task: the head task wrote no {path} within {timeout_s:.0f}s")
 
 
 def train(config, run_dir, log=None) -> dict:
@@ -34,10 +56,16 @@ def train(config, run_dir, log=None) -> dict:
     out_path = run_dir / "openrlhf.log"
     if log:
         log(f"openrlhf: launching ({len(plan.argv)} flags); output in {out_path}")
+    worker, started = is_worker_task(), time.time()
+    if worker:  # each SLURM task has its own log; only the head's output matters for the run
+        out_path = run_dir / f"openrlhf.task{os.environ.get('SLURM_PROCID')}.log"
     with open(out_path, "ab") as out:
         proc = subprocess.run(command(plan, run_dir), env=env, stdout=out, stderr=subprocess.STDOUT)
     result_path = run_dir / "result.json"
-    result = json.loads(result_path.read_text()) if result_path.exists() else {"status": "failed"}
+    if worker and proc.returncode == 0:
+        result = wait_for_result(result_path, started)
+    else:
+        result = json.loads(result_path.read_text()) if result_path.exists() else {"status": "failed"}
     if proc.returncode != 0 or result.get("status") != "completed":
         tail = out_path.read_text(errors="replace")[-2000:] if out_path.exists() else ""
         raise RuntimeError(f"OpenRLHF run failed (exit {proc.returncode}); see {out_path}. Last output:\n{tail}")
