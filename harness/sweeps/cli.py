@@ -13,6 +13,8 @@ import sys
 from contextlib import contextmanager
 from pathlib import Path
 
+import yaml
+
 from harness.io import atomic_write_text
 from harness.sweeps import cells as C
 from harness.sweeps.expand import Cell, expand
@@ -90,7 +92,7 @@ def _submit(args: argparse.Namespace, spec: SweepSpec, cells: list[Cell], runs_d
         if names:
             print(f"skip {len(names)} {reason}: {', '.join(names[:6])}{' ...' if len(names) > 6 else ''}")
     if todo:
-        atomic_write_text(runs_dir / "sweep.yaml", Path(args.spec).read_text())
+        atomic_write_text(runs_dir / "sweep.yaml", spec_copy(spec, args.spec))
         commands = launch_commands(todo, runs_dir)  # backend errors surface before any directory is written
         resumed = 0
         for c in todo:
@@ -156,6 +158,12 @@ def select(cells: list[Cell], existing: dict[str, CellStatus], only: list[str] |
     return todo, skipped
 
 
+def spec_copy(spec: SweepSpec, source: str | Path) -> str:
+    """The spec as submitted, self-contained (``base`` inlined), for ``harness status`` and resubmission."""
+    text = yaml.safe_dump({**spec.raw, "base": spec.base}, sort_keys=False)
+    return f"# {source} as last submitted (base inlined)\n{text}"
+
+
 def launch_commands(cells: list[Cell], runs_dir: Path) -> dict[str, str]:
     """Each cell's launch command (the OpenRLHF backend validates its own section here)."""
     out = {}
@@ -201,6 +209,23 @@ def _report(runs_dir: Path, results_dir: Path | None) -> None:
 
 
 # ---------------------------------------------------------------------------------------------- status
+def with_spec_cells(rows: list[CellStatus], runs_dir: Path) -> list[CellStatus]:
+    """Rows in the order of the last submitted spec (sweep.yaml), with its cells not yet written as pending, and
+    directories whose id is no longer a cell of it (its config changed since) flagged at the end."""
+    try:
+        cells = expand(load_spec(runs_dir / "sweep.yaml"))
+    except (ValueError, FileNotFoundError, KeyError, TypeError):
+        return rows  # no copy, or it no longer validates: show the directories as they are
+    by_id = {r.id: r for r in rows}
+    current = [by_id.get(c.id) or CellStatus(C.cell_dir(runs_dir, c), c.id, c.alias, "pending", detail="not submitted")
+               for c in cells]
+    ids = {c.id for c in cells}
+    stale = [r for r in rows if r.id not in ids]
+    for r in stale:
+        r.detail = (r.detail + " " if r.detail else "") + "[not a cell of sweep.yaml any more]"
+    return current + stale
+
+
 def cmd_status(args: argparse.Namespace) -> int:
     target = Path(args.target)
     spec_path: str | Path
@@ -220,6 +245,7 @@ def cmd_status(args: argparse.Namespace) -> int:
             raise ValueError(f"{runs_dir}: no cell directories (cell.json) here; is this a sweep's runs directory?")
         first = C.read_cell(rows[0].dir).get("spec")
         spec_path = first if first and Path(first).is_file() else runs_dir / "sweep.yaml"
+        rows = with_spec_cells(rows, runs_dir)
     print(f"{runs_dir}: {summary_line(rows)}")
     print(format_table(rows, tails=not args.no_tails))
     print_resubmit_hint(rows, spec_path, runs_dir)

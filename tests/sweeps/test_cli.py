@@ -34,7 +34,8 @@ def test_pocket_sweep_on_the_local_executor_then_skip(tmp_path, capsys):
     assert result["status"] == "completed" and result["run_id"] == d.name.rsplit("__", 1)[1]  # id = config hash
     assert result["steps"] == 2 and (d / "metrics.jsonl").exists()
     assert "harness train" in (d / "launch.sh").read_text()
-    assert (runs / "sweep.yaml").read_text() == spec.read_text()
+    copy = yaml.safe_load((runs / "sweep.yaml").read_text())
+    assert copy == TINY  # the spec as submitted (its base was inline already)
     assert "done     s0 " in out
 
     assert main(["sweep", str(spec), "--runs-dir", str(runs), "--no-progress"]) == 0  # second submission
@@ -75,3 +76,20 @@ def test_status_of_a_spec_before_anything_ran(tmp_path, capsys):
     assert main(["status", str(spec), "--runs-dir", str(tmp_path / "none")]) == 0
     assert "not submitted" in capsys.readouterr().out
     assert main(["status", str(tmp_path / "nothing-here")]) == 2
+
+
+def test_status_of_a_runs_dir_lists_unsubmitted_cells_and_flags_stale_ones(tmp_path, capsys):
+    from harness.sweeps.cli import spec_copy
+
+    spec = load_spec(dict(TINY, seeds=[0, 1]))
+    cells = expand(spec)
+    C.materialise(cells[0], tmp_path, "tiny")
+    (tmp_path / "sweep.yaml").write_text(spec_copy(spec, "tiny.yaml"))
+    old = expand(load_spec(dict(TINY, base=dict(TINY["base"], train=dict(TINY["base"]["train"], steps=3)))))[0]
+    C.materialise(old, tmp_path, "tiny")  # a cell of an earlier version of the spec
+    assert main(["status", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert "3 cells: pending 3" in out
+    lines = [line for line in out.splitlines() if line.startswith("pending")]
+    assert [line.split()[2] for line in lines] == [cells[0].id, cells[1].id, old.id]
+    assert lines[2].endswith("[not a cell of sweep.yaml any more]") and "[not" not in lines[0]
