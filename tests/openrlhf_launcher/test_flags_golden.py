@@ -163,6 +163,11 @@ def test_bad_input_errors_before_anything_starts(cfg, match, tmp_path):
         build_plan(cfg, tmp_path)
 
 
+def test_backend_errors_have_their_own_type(tmp_path):
+    with pytest.raises(OpenRLHFConfigError):
+        build_plan(config({"name": "prime"}), tmp_path)
+
+
 def test_bad_method_hyperparameter_is_a_user_error(tmp_path):
     with pytest.raises(ValueError, match="k_ratio"):
         build_plan(config({"name": "kl_cov", "k_ratioo": 0.1}), tmp_path)
@@ -240,3 +245,22 @@ def test_slurm_worker_task_returns_the_heads_result(tmp_path, monkeypatch):
     assert fields == {"steps": 3}
     assert calls and calls[0][2] == "harness.backends.openrlhf.launch"
     assert (run_dir / "openrlhf.task2.log").exists()
+
+
+def test_slurm_non_head_task_joins_the_head(monkeypatch):
+    import subprocess
+    import sys
+    import types
+
+    from harness.backends.openrlhf import launch
+
+    monkeypatch.setitem(sys.modules, "ray", types.ModuleType("ray"))  # not touched on a worker task
+    monkeypatch.setenv("SLURM_PROCID", "3")
+    monkeypatch.setenv("SLURM_JOB_ID", "1234")
+    calls = []
+    monkeypatch.setattr(launch.subprocess, "run",
+                        lambda cmd, **k: calls.append(cmd) or subprocess.CompletedProcess(cmd, 0))
+    with pytest.raises(SystemExit) as done:
+        launch.join_or_start_cluster(["node0", "node1", "node2", "node3"])
+    assert done.value.code == 0
+    assert calls == [["ray", "start", "--address=node0:6613", "--block"]]  # port 6379 + job id % 1000

@@ -16,7 +16,7 @@ import shlex
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Mapping
 
 PLUGIN_ENV = "HARNESS_OPENRLHF_PLUGIN"  # JSON plugin config, read in every Ray worker
 HOOK = "harness.backends.openrlhf.hook.install"

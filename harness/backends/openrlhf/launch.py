@@ -11,8 +11,9 @@ from __future__ import annotations
 import json
 import os
 import runpy
-import time
+import subprocess
 import sys
+import time
 from pathlib import Path
 
 from harness.backends.openrlhf.flags import EXTRA, HOOK, PLUGIN_ENV
