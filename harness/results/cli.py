@@ -219,6 +219,7 @@ def _print_fits(pooled, fits, out) -> None:
     if "size_trend" in out:
         t = out["size_trend"]
         print(f"a = {t['a_slope']:.4g}·log10(N) + {t['a_intercept']:.4g} (R² {_fmt(t['a_r2'])}); "
-              f"b = {t['b_slope']:.4g}·log10(N) + {t['b_intercept']:.4g} (R² {_fmt(t['b_r2'])})")
+              f"b = {t['b_slope']:.4g}·log10(N) + {t['b_intercept']:.4g} (R² {_fmt(t['b_r2'])})"
+              + (" -- only 2 sizes: the line passes through both exactly" if t["n_sizes"] == 2 else ""))
         for p in out.get("predictions", []):
             print(f"predicted at N={p['model_params']:.3g}: a={p['a']:.4g} b={p['b']:.4g} ceiling={p['ceiling']:.4g}")

@@ -200,7 +200,8 @@ def plot_size_scaling(col, out_dir, score_key, include_incomplete=False, formats
             ax.annotate(f.label, (f.model_params, getattr(f, name)), fontsize=7, xytext=(3, 3),
                         textcoords="offset points")
         ax.plot(grid, slope * np.log10(grid) + icpt, color="C1",
-                label=f"{name} = {slope:.3g}·log10(N) {'+' if icpt >= 0 else '−'} {abs(icpt):.3g}\nR² = {r2:.2f}")
+                label=f"{name} = {slope:.3g}·log10(N) {'+' if icpt >= 0 else '−'} {abs(icpt):.3g}\n"
+                + (f"R² = {r2:.2f}" if trend.n_sizes > 2 else "2 sizes: a line through 2 points"))
         ax.set_xscale("log")
         ax.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
         ax.set_xlabel("model parameters N")
