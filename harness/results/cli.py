@@ -149,7 +149,7 @@ def cmd_fit(args) -> int:
 
     if bool(args.runs) == bool(args.csv):
         raise ValueError("give either run directories or --csv FILE (with --entropy-col and --score-col)")
-    fits, pooled, trend, source = [], None, None, {}
+    fits, pooled, trend, source, skipped = [], None, None, {}, []
     if args.csv:
         if not args.entropy_col or not args.score_col:
             raise ValueError("--csv needs --entropy-col and --score-col")
@@ -167,7 +167,7 @@ def cmd_fit(args) -> int:
         if pts.empty:
             raise ValueError(f"no completed run logged both {args.entropy_key!r} and {key!r} on the same step")
         try:
-            fits = fit_groups(pts, args.by, args.fit_fraction)
+            fits = fit_groups(pts, args.by, args.fit_fraction, skipped)
         except ValueError as e:
             hint = (f" (the score is {key!r}, logged on eval steps only; --score-key reward/mean uses every step, "
                     "--by model pools the runs of a model)") if key.startswith("eval/") else ""
@@ -182,7 +182,9 @@ def cmd_fit(args) -> int:
             trend = fit_size_trend([f.model_params for f in sized], [f.a for f in sized], [f.b for f in sized])
     if args.predict_size and trend is None:
         raise ValueError("--predict-size needs law fits for at least two model sizes (model_params in result.json)")
-    out = {**pooled.to_dict(), **source, "fits": [f.to_dict() for f in fits]}
+    out = {**pooled.to_dict(), **source, "fits": [f.to_dict() for f in fits], "skipped": skipped}
+    for s in skipped:
+        print(f"skipped {s}", file=sys.stderr)
     if trend is not None:
         out["size_trend"] = trend.to_dict()
         out["predictions"] = [trend.predict(s) for s in (args.predict_size or [])]

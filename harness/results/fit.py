@@ -153,11 +153,12 @@ def fit_size_trend(sizes, a_values, b_values) -> SizeTrend:
     return SizeTrend(a_s, a_i, a_r2, b_s, b_i, b_r2, int(np.unique(n).size))
 
 
-def fit_groups(points, by: str = "run", fit_fraction: float | None = None) -> list[LawFit]:
+def fit_groups(points, by: str = "run", fit_fraction: float | None = None,
+               skipped: list[str] | None = None) -> list[LawFit]:
     """Fit each run (``by="run"``) or each model, pooling its runs' points (``by="model"``).
 
     ``points`` is a DataFrame from :func:`harness.results.points.run_points`. Groups with too few points
-    are skipped (their error is raised only when no group can be fitted)."""
+    are skipped, with the reason appended to ``skipped``; the errors are raised when no group can be fitted."""
     if by not in ("run", "model"):
         raise ValueError(f"--by must be 'run' or 'model', got {by!r}")
     fits, errors = [], []
@@ -175,4 +176,6 @@ def fit_groups(points, by: str = "run", fit_fraction: float | None = None) -> li
         fits.append(f)
     if not fits:
         raise ValueError("no group could be fitted: " + "; ".join(errors))
+    if skipped is not None:
+        skipped += errors
     return fits

@@ -164,3 +164,14 @@ def test_auto_score_key(runs_root, mk):
     assert resolve_score_key(collect([final_only])) == "reward/mean"
     with pytest.raises(ValueError, match="score key 'nope' is not in any metrics.jsonl"):
         resolve_score_key(collect([curve]), "nope")
+
+
+def test_cli_fit_reports_runs_too_short_to_fit(runs_root, mk, capsys):
+    mk(runs_root, "long", steps=20)
+    mk(runs_root, "short", steps=2)
+    assert main(["fit", str(runs_root), "--score-key", "reward/mean", "--json"]) == 0
+    captured = capsys.readouterr()
+    out = json.loads(captured.out)
+    assert len(out["fits"]) == 1 and len(out["skipped"]) == 1 and out["skipped"][0].endswith(
+        "need at least 3 points with both entropy and score to fit, got 2")
+    assert "skipped " in captured.err and "/short" in captured.err

@@ -150,3 +150,10 @@ def test_duplicate_seeds_and_runs_without_eval_are_flagged(runs_root, mk):
     assert any(n.startswith("FLAG: pocket-1m grpo has several runs with the same seed") for n in lb.notes)
     assert any(n.startswith("NO EVAL: 1 completed run(s)") and n.endswith("/c") for n in lb.notes)
     assert _row(lb, "grpo")["arith_n"] == 2
+
+
+def test_cli_prints_corrupt_line_warnings(runs_root, mk, capsys):
+    d = mk(runs_root, "a", extra_lines=["{oops"])
+    assert main(["table", str(runs_root)]) == 0
+    err = capsys.readouterr().err
+    assert f"warning: {d / 'metrics.jsonl'}:16: skipped corrupt metrics line" in err
