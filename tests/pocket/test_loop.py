@@ -94,3 +94,15 @@ def test_tensorboard_sink_gets_the_metrics(tiny, tmp_path):
     assert {"entropy", "reward/mean", "cov/term", "eval/countdown/avg@2"} <= tags
     rows = read_jsonl(tmp_path / "metrics.jsonl")
     assert [e.value for e in acc.Scalars("entropy")] == pytest.approx([r["entropy"] for r in rows], rel=1e-6)
+
+
+def test_wandb_offline_sink(tiny, tmp_path, monkeypatch):
+    pytest.importorskip("wandb")
+    monkeypatch.setenv("WANDB_SILENT", "true")
+    tiny["train"].update(steps=2, checkpoint_every=0)
+    tiny["eval"]["every"] = 0
+    tiny["logging"].update(wandb=True, wandb_mode="offline")
+    res = run(load_config(tiny), tmp_path, quiet=True)
+    assert res["status"] == "completed"
+    runs = list((tmp_path / "wandb").glob("offline-run-*"))
+    assert len(runs) == 1 and list(runs[0].glob("*.wandb"))  # the offline run file `wandb sync` uploads later
