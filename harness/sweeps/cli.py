@@ -64,8 +64,9 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     check_only(cells, args.only)
     for c in cells:
         check_fits_executor(c.resources, args.executor, f"cell {c.alias}")
+    commands = launch_commands(cells, runs_dir)  # backend errors surface before anything is written
     with submission_lock(runs_dir):
-        return _submit(args, spec, cells, runs_dir)
+        return _submit(args, spec, cells, runs_dir, commands)
 
 
 @contextmanager
@@ -85,7 +86,8 @@ def submission_lock(runs_dir: Path):
             fcntl.flock(f, fcntl.LOCK_UN)
 
 
-def _submit(args: argparse.Namespace, spec: SweepSpec, cells: list[Cell], runs_dir: Path) -> int:
+def _submit(args: argparse.Namespace, spec: SweepSpec, cells: list[Cell], runs_dir: Path,
+            commands: dict[str, str]) -> int:
     existing = {c.id: st for c, st in zip(cells, _statuses_of(cells, runs_dir))}
     todo, skipped = select(cells, existing, args.only)
     for reason, names in skipped.items():
@@ -93,7 +95,6 @@ def _submit(args: argparse.Namespace, spec: SweepSpec, cells: list[Cell], runs_d
             print(f"skip {len(names)} {reason}: {', '.join(names[:6])}{' ...' if len(names) > 6 else ''}")
     if todo:
         atomic_write_text(runs_dir / "sweep.yaml", spec_copy(spec, args.spec))
-        commands = launch_commands(todo, runs_dir)  # backend errors surface before any directory is written
         resumed = 0
         for c in todo:
             d = C.materialise(c, runs_dir, spec.name, spec_path=str(args.spec), command=commands[c.id])
@@ -111,8 +112,7 @@ def _submit(args: argparse.Namespace, spec: SweepSpec, cells: list[Cell], runs_d
     finished = args.executor != "slurm" or args.wait
     if args.executor == "slurm" and args.wait:  # also follows jobs an earlier submission left running
         wait_for(dirs, progress=not args.no_progress, desc=f"{spec.name} [slurm]")
-    rows = statuses(dirs) + [CellStatus(C.cell_dir(runs_dir, c), c.id, c.alias, "pending", detail="not submitted")
-                             for c in cells if not C.cell_dir(runs_dir, c).is_dir()]
+    rows = _statuses_of(cells, runs_dir)
     print(summary_line(rows))
     if finished:
         print(format_table(rows))

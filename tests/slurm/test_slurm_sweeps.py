@@ -18,7 +18,7 @@ import yaml
 from harness.cli import main
 from harness.sweeps import cells as C
 from harness.sweeps import expand, load_spec, testing
-from harness.sweeps.status import cell_status, statuses
+from harness.sweeps.status import statuses
 from harness.sweeps.submit import submit_cells, wait_for
 
 pytestmark = pytest.mark.slurm
@@ -109,6 +109,38 @@ def test_requeue_resumes_from_the_checkpoint(mixed):
     assert r["attempts"] == 2 and r["resumed_from"][0] == 0 and r["resumed_from"][1] >= 3
     assert r["env"]["SLURM_RESTART_COUNT"] == "1"
     assert C.last_job(d)["job_id"] == job["job_id"]  # same job, requeued; identity never moved
+
+
+def test_a_requeued_pocket_run_resumes_from_its_checkpoint(slurm_cluster, tmp_path):
+    """A real pocket cell gets submitit's time-out signal mid-run: requeued, resumed from checkpoints/latest.pt."""
+    spec = load_spec({
+        "name": "pocket-requeue",
+        "base": {"backend": "pocket", "method": {"name": "kl_cov", "k_ratio": 0.2},
+                 "model": {"name": "pocket-0.3m", "warm_start": {"enabled": "false"}},
+                 "task": {"name": "arith", "test_size": 4},
+                 "train": {"steps": 300, "prompts_per_step": 2, "samples_per_prompt": 2, "updates_per_rollout": 1,
+                           "max_new_tokens": 4, "checkpoint_every": 2},
+                 "eval": {"every": 0, "n_samples": 1, "max_problems": 2}, "logging": {"progress": False}},
+        "seeds": [0],
+        "resources": {"default": {"partition": "debug", "timeout_min": 10}},
+    })
+    (cell,) = expand(spec)
+    d = C.materialise(cell, tmp_path, spec.name)
+    report = submit_cells([cell], tmp_path, "slurm", sweep=spec.name, progress=False)
+    metrics = d / "metrics.jsonl"
+    wait_until(lambda: (d / "checkpoints").is_dir() and metrics.exists() and len(metrics.read_text().splitlines()) >= 6,
+               120, "6 pocket steps")
+    job = C.last_job(d)
+    submitit.SlurmJob(folder=job["folder"], job_id=job["job_id"])._interrupt(timeout=True)
+    st = wait_until(lambda: (s := state(d)).state in ("done", "failed") and s, 240, "the requeued pocket cell")
+    assert st.state == "done", st.detail
+    res = result(d)
+    assert res["status"] == "completed" and res["run_id"] == cell.id and res["steps"] == 300
+    log = (d / "train.log").read_text()
+    assert "resumed from" in log and log.count(f"run {cell.id}") == 2  # two attempts, the second resumed
+    steps = [json.loads(line)["step"] for line in metrics.read_text().splitlines()]
+    assert steps == list(range(1, 301))  # replayed steps were dropped: one row per step
+    assert C.last_job(d)["job_id"] == report.job_ids[cell.id]
 
 
 def test_pocket_sweep_on_slurm_refused_group_and_second_submission(slurm_cluster, tmp_path, capsys):

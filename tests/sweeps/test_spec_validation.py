@@ -1,6 +1,5 @@
 """Bad sweep specs fail with one clear error naming the key path, before anything is written or submitted."""
 
-from pathlib import Path
 
 import pytest
 import yaml
