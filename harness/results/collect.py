@@ -149,7 +149,7 @@ def _run_info(run_dir: Path) -> dict:
         "settings": json.dumps(settings, sort_keys=True, default=str),
         "model": src.get("model") or _name(cfg.get("model")),
         "model_params": src.get("model_params"),
-        "task": src.get("task") or _name(cfg.get("task")),
+        "task": src.get("task") or (Path(_name(cfg.get("task"))).stem if _name(cfg.get("task")) else None),
         "seed": src.get("seed", cfg.get("seed")),
         "steps": src.get("steps"),
         "wall_time_s": src.get("wall_time_s"),
@@ -206,7 +206,8 @@ def _disambiguate(runs: pd.DataFrame) -> pd.Series:
     for (_model, _task, label), grp in runs.groupby(["model", "task", "label"], dropna=False):
         cfgs = {i: json.loads(runs.at[i, "settings"]) for i in grp.index}
         keys = sorted({k for c in cfgs.values() for k in c if not _ignored(k)})
-        differing = [k for k in keys if len({json.dumps(c.get(k), sort_keys=True) for c in cfgs.values()}) > 1]
+        # a key absent from a run (e.g. defaults not yet resolved in an unfinished run) is unknown, not different
+        differing = [k for k in keys if len({json.dumps(c[k], sort_keys=True) for c in cfgs.values() if k in c}) > 1]
         if not differing:
             continue
         for i in grp.index:

@@ -71,3 +71,9 @@ def test_runs_differing_in_training_settings_are_not_seeds_of_one_row(runs_root,
         (d / "config.yaml").write_text(yaml.safe_dump(cfg))
     labels = collect([runs_root]).runs.set_index("seed", append=True)["label"]
     assert sorted(labels) == ["grpo(train.lr=0.0005)", "grpo(train.lr=0.001)", "grpo(train.lr=0.001)"]
+
+
+def test_unfinished_run_without_resolved_defaults_does_not_split_labels(runs_root, mk):
+    mk(runs_root, "done", seed=0, method_config={"eps_low": 0.2})
+    mk(runs_root, "running", seed=1, write_result=False)  # config.yaml only: no method defaults
+    assert sorted(collect([runs_root]).runs["label"]) == ["grpo", "grpo"]
