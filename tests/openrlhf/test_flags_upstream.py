@@ -72,7 +72,7 @@ def test_flags_parse_and_validate_upstream(name, monkeypatch, tmp_path):
     assert args.rollout.batch_size == 8 and args.rollout.n_samples_per_prompt == 4
     assert args.train.batch_size == 16 and args.train.micro_batch_size == 2
     assert args.actor.adam.lr == pytest.approx(1e-6) and args.actor.lr_scheduler == "constant"
-    assert args.train.seed == 3 and args.data.max_samples == 4 * 8 * 3  # dynamic filtering: x max_gen_batches
+    assert args.train.seed == 3 and args.train.num_episodes == 4 * 3  # dynamic filtering: x max_gen_batches
     assert args.algo.dynamic_filtering_enable and list(args.algo.dynamic_filtering_range) == [0.0, 1.0]
     assert args.reward.remote_url[0].endswith("harness/backends/openrlhf/reward.py")
     assert args.ckpt.path == str(tmp_path / "run" / "checkpoints" / "openrlhf")

@@ -39,6 +39,9 @@ def test_result_json_from_metrics(tmp_path):
                                          "time/rollout": 1.0, "time/update": 2.0})
     bridge.append_metrics(tmp_path, {"step": 10, "entropy": 99.0})  # replayed step after a resume: ignored
     method = {"name": "kl_cov", "advantage": "grpo", "k_ratio": 0.002}
+    spec = {"n_samples": 2, "temperature": 0.6, "top_p": 1.0, "max_tokens": 64, "counts": None}
+    for step, acc in ((4, 0.2), (10, 0.4)):
+        bridge.write_eval(tmp_path, bridge.eval_payload({"eval_math_pass1": acc, "eval_math_pass2": 0.5}, step, spec))
     payload = bridge.build_result({"model": {"name": "m"}, "task": {"name": "t"}, "seed": 2}, tmp_path,
                                   "completed", 42.0, "abc123abc123", method)
     path = bridge.write_result(tmp_path, payload)
@@ -48,6 +51,8 @@ def test_result_json_from_metrics(tmp_path):
     assert got["summary"] == {"entropy_start": pytest.approx(0.95), "entropy_end": pytest.approx(0.5),
                               "reward_start": pytest.approx(0.1), "reward_end": pytest.approx(1.0)}
     assert got["timing"] == {"rollout_s": 10.0, "update_s": 20.0}
+    assert got["eval"]["step"] == 10 and got["eval"]["suites"]["math"]["metrics"] == {"avg@2": 0.4, "pass@2": 0.5}
+    assert got["eval"]["suites"]["math"]["n_problems"] is None  # unknown, never a made-up number
     assert len((tmp_path / "metrics.jsonl").read_text().splitlines()) == 10
 
 
@@ -109,5 +114,5 @@ def test_code_reward_runs_the_tests_in_the_sandbox(monkeypatch):
     good = "```python\ndef add(a, b):\n    return a + b\n```"
     bad = "```python\ndef add(a, b):\n    return a - b\n```"
     out = reward.reward_func(["P" + good, "P" + bad, "P" + good], ["P", "P", "P"], [label, label, "not json"])
-    assert out["rewards"].tolist() == [1.0, 0.0, 0.0]
+    assert out["rewards"].tolist() == [1.0, 0.0, 0.0], reward.grade_code(good, label)  # the verdict, on failure
     assert out["extra_logs"]["reward/grading_failures"].tolist() == [0.0, 0.0, 1.0]  # bad label: counted

@@ -63,7 +63,7 @@ def test_full_argv_golden(tmp_path):
         "--actor.model_name_or_path", "Qwen/Qwen2.5-7B",
         "--data.prompt_dataset", "/data/dapo.jsonl",
         "--data.input_key", "prompt", "--data.label_key", "answer", "--data.apply_chat_template",
-        "--data.max_len", "3072", "--data.max_samples", "160",
+        "--data.max_len", "3072",
         "--train.num_episodes", "10", "--train.seed", "1",
         "--rollout.batch_size", "16", "--rollout.n_samples_per_prompt", "8",
         "--rollout.max_new_tokens", "1024", "--rollout.temperature", "1.0", "--rollout.top_p", "1.0",
@@ -96,7 +96,7 @@ def test_model_dtype_and_dynamic_filtering(tmp_path):
     argv = build_plan(cfg, tmp_path).argv
     assert argv[argv.index("--ds.param_dtype") + 1] == "fp16"
     assert argv[argv.index("--train.num_episodes") + 1] == "30"  # steps x max_gen_batches passes at most
-    assert argv[argv.index("--data.max_samples") + 1] == str(10 * 16 * 3)
+    assert "--data.max_samples" not in argv  # the plugin stops after train.steps; no cap on the eval set
     assert argv[argv.index("--algo.dynamic_filtering_enable") + 1:][:3] == ["--algo.dynamic_filtering_range",
                                                                             "0.0", "1.0"]
 
@@ -264,3 +264,24 @@ def test_slurm_non_head_task_joins_the_head(monkeypatch):
         launch.join_or_start_cluster(["node0", "node1", "node2", "node3"])
     assert done.value.code == 0
     assert calls == [["ray", "start", "--address=node0:6613", "--block"]]  # port 6379 + job id % 1000
+
+
+def test_eval_dataset_flags_and_protocol(tmp_path):
+    import json
+
+    data = tmp_path / "eval.jsonl"
+    data.write_text("\n".join(json.dumps({"prompt": f"q{i}", "answer": "1", "datasource": "aime" if i < 3 else "amc"})
+                              for i in range(5)) + "\n")
+    cfg = config(openrlhf={"eval_dataset": str(data)})
+    cfg["eval"] = {"every": 4, "n_samples": 8, "temperature": 0.6}
+    plan = build_plan(cfg, tmp_path / "r")
+    argv = plan.argv
+    assert argv[argv.index("--eval.dataset"):][:10] == [
+        "--eval.dataset", str(data), "--eval.steps", "4", "--ckpt.best_metric_key", "none",
+        "--eval.temperature", "0.6", "--eval.n_samples_per_prompt", "8"]
+    assert argv.count("--eval.steps") == 1
+    assert plan.plugin["eval"] == {"n_samples": 8, "temperature": 0.6, "top_p": 1.0, "max_tokens": 1024,
+                                   "counts": {"aime": 3, "amc": 2}}
+    cfg["eval"]["max_new_tokens"] = 2048
+    with pytest.raises(ValueError, match="eval.max_new_tokens"):
+        build_plan(cfg, tmp_path / "r")

@@ -6,6 +6,7 @@ A key OpenRLHF did not measure stays missing (never 0). OpenRLHF's own numeric k
 
 from __future__ import annotations
 
+import json
 import math
 import os
 from pathlib import Path
@@ -64,6 +65,38 @@ def to_harness_metrics(status: dict, step: int, prev_entropy: float | None = Non
     return row
 
 
+def eval_payload(eval_logs: dict, step: int, spec: dict) -> dict:
+    """OpenRLHF's ``eval_<datasource>_pass1|pass<n>`` logs -> ``{"step", "suites"}`` (docs/contracts.md §4)."""
+    n = int(spec["n_samples"])
+    suites = {}
+    for key, value in eval_logs.items():
+        if not (key.startswith("eval_") and key.endswith("_pass1")):
+            continue
+        ds = key[len("eval_"):-len("_pass1")]
+        metrics = {f"avg@{n}": _number(value)}
+        if n > 1 and _number(eval_logs.get(f"eval_{ds}_pass{n}")) is not None:
+            metrics[f"pass@{n}"] = _number(eval_logs[f"eval_{ds}_pass{n}"])
+        suites[ds] = {"suite": ds, "n_problems": (spec.get("counts") or {}).get(ds), "n_samples": n,
+                      "temperature": spec["temperature"], "top_p": spec["top_p"], "max_tokens": spec["max_tokens"],
+                      "metrics": metrics, "primary": f"avg@{n}"}
+    return {"step": int(step), "suites": suites}
+
+
+def eval_metrics_row(payload: dict) -> dict:
+    """``eval/<suite>/<metric>`` keys for the step's metrics.jsonl row."""
+    return {f"eval/{s}/{k}": v for s, res in payload["suites"].items() for k, v in res["metrics"].items()
+            if v is not None}
+
+
+def write_eval(run_dir, payload: dict) -> Path:
+    return atomic_write_json(Path(run_dir) / "eval" / f"step_{payload['step']}.json", payload)
+
+
+def last_eval(run_dir) -> dict | None:
+    files = sorted(Path(run_dir, "eval").glob("step_*.json"), key=lambda p: int(p.stem.split("_")[1]))
+    return json.loads(files[-1].read_text()) if files else None
+
+
 def metrics_path(run_dir) -> Path:
     return Path(run_dir) / "metrics.jsonl"
 
@@ -114,7 +147,7 @@ def build_result(config: dict, run_dir, status: str, wall_time_s: float, run_id:
             "entropy_start": _edge_mean(rows, "entropy", False), "entropy_end": _edge_mean(rows, "entropy", True),
             "reward_start": _edge_mean(rows, "reward/mean", False), "reward_end": _edge_mean(rows, "reward/mean", True),
         },
-        "eval": None,
+        "eval": last_eval(run_dir),
         "timing": timing,
         "checkpoint": os.path.join(os.fspath(run_dir), "checkpoints", "final"),
     }

@@ -60,6 +60,7 @@ class OpenRLHFOptions:
     log_entropy: bool = True               # --actor.entropy_coef 0: entropy computed and logged (costs memory)
     seed_offset_per_rank: bool = True      # Clip-Cov draws: generator seeded with seed + rank
     extra_flags: dict = field(default_factory=dict)   # {"--dotted.flag": value | [values] | true}
+    eval_dataset: str | None = None        # JSONL {prompt, answer, datasource}: OpenRLHF's in-loop eval -> eval/step_N.json
     env: dict = field(default_factory=dict)            # extra environment for the launcher and every worker
     python: str | None = None              # interpreter for the launcher (default: this one)
 
@@ -264,9 +265,6 @@ def build_plan(config, run_dir: str | os.PathLike) -> LaunchPlan:
         *(["--data.apply_chat_template"] if opts.apply_chat_template else []),
         *(["--data.input_template", opts.input_template] if opts.input_template else []),
         "--data.max_len", str(opts.max_prompt_len + max_new),
-        # steps * prompts prompts feed `steps` rollouts; the plugin stops after `steps` (dynamic filtering
-        # consumes extra prompts, up to max_gen_batches per step)
-        "--data.max_samples", str(steps * prompts * max_gen),
         # passes over the prompt set: an upper bound (a small set is re-used); the plugin stops after `steps`
         "--train.num_episodes", str(steps * max_gen),
         "--train.seed", str(seed),
@@ -303,8 +301,12 @@ def build_plan(config, run_dir: str | os.PathLike) -> LaunchPlan:
         "--ckpt.save_steps", str(ckpt_every if ckpt_every > 0 else -1),
         "--ckpt.max_num", "2", "--ckpt.load_enable", "--ckpt.save_hf",
         "--logger.logging_steps", "1",
-        "--eval.steps", "-1",
+        *([] if opts.eval_dataset else ["--eval.steps", "-1"]),
     ]
+    eval_spec = None
+    if opts.eval_dataset:
+        argv_eval, eval_spec = eval_flags(opts.eval_dataset, _section(cfg, "eval"), max_new)
+        argv += argv_eval
     if logging.get("tensorboard"):
         argv += ["--logger.tensorboard_dir", os.path.join(run_dir, "tensorboard")]
     if logging.get("wandb"):
@@ -321,11 +323,44 @@ def build_plan(config, run_dir: str | os.PathLike) -> LaunchPlan:
         "seed_offset_per_rank": opts.seed_offset_per_rank,
         "reward": opts.reward,
         "run_id": run_id(config, cfg),
+        "eval": eval_spec,
         "config": {"model": {"name": model.get("name")}, "task": {"name": task.get("name")}, "seed": seed},
     }
     env = {str(k): str(v) for k, v in opts.env.items()}
     env[PLUGIN_ENV] = json.dumps(plugin, sort_keys=True, default=str)
     return LaunchPlan(argv=argv, env=env, plugin=plugin, python=opts.python or sys.executable)
+
+
+def eval_flags(dataset: str, ev: dict, max_new: int) -> tuple[list[str], dict]:
+    """OpenRLHF's in-loop evaluation from the shared ``eval:`` section, and the protocol recorded with it.
+
+    OpenRLHF samples eval answers with the rollout's top_p and max tokens, so ``eval.top_p`` must be 1.0 and
+    ``eval.max_new_tokens`` empty or equal to ``train.max_new_tokens``; greedy accuracy is not computed."""
+    if float(ev.get("top_p", 1.0)) != 1.0:
+        raise OpenRLHFConfigError(f"eval.top_p: {ev.get('top_p')!r}; OpenRLHF evaluates with the rollout top_p 1.0")
+    if ev.get("max_new_tokens") not in (None, max_new):
+        raise OpenRLHFConfigError(f"eval.max_new_tokens: {ev.get('max_new_tokens')!r}; OpenRLHF evaluates with the "
+                                  f"rollout length, train.max_new_tokens = {max_new} (leave it empty or equal)")
+    every, n = int(ev.get("every", 0)), int(ev.get("n_samples", 1))
+    argv = ["--eval.dataset", dataset, "--eval.steps", str(every if every > 0 else -1),
+            "--ckpt.best_metric_key", "none",  # no extra "best" DeepSpeed checkpoints
+            "--eval.temperature", _num(float(ev.get("temperature", 0.6))), "--eval.n_samples_per_prompt", str(n)]
+    spec = {"n_samples": n, "temperature": float(ev.get("temperature", 0.6)), "top_p": 1.0, "max_tokens": max_new,
+            "counts": datasource_counts(dataset)}
+    return argv, spec
+
+
+def datasource_counts(path: str) -> dict | None:
+    """Problems per ``datasource`` in a local JSONL eval set (None for a hub dataset or another format)."""
+    if not (path.endswith(".jsonl") and os.path.isfile(path)):
+        return None
+    counts: dict[str, int] = {}
+    with open(path) as f:
+        for line in f:
+            if line.strip():
+                ds = json.loads(line).get("datasource", "default")
+                counts[ds] = counts.get(ds, 0) + 1
+    return counts
 
 
 def run_id(config, cfg: dict) -> str:

@@ -37,6 +37,7 @@ class _State:
         self.generator = None
         self.t0 = time.time()
         self.prev_entropy = None
+        self.pending_row = None      # the step's metrics row, waiting for that step's eval
 
 
 STATE = _State()
@@ -325,14 +326,18 @@ def patch_ppo_trainer(module) -> None:
     from harness.backends.openrlhf import bridge
 
     cls = module.BasePPOTrainer
-    orig = cls.save_logs_and_checkpoints
+    orig, orig_best = cls.save_logs_and_checkpoints, cls.save_best_checkpoint
 
     def save_logs_and_checkpoints(self, global_step, logs_dict=None, client_states=None):
         cfg = plugin_config()
         if logs_dict:
             row = bridge.to_harness_metrics(logs_dict, global_step, STATE.prev_entropy, time.time() - STATE.t0)
             STATE.prev_entropy = row.get("entropy", STATE.prev_entropy)
-            bridge.append_metrics(cfg["run_dir"], row)
+            eval_due = getattr(self, "eval_dataloader", None) and global_step % self.args.eval.steps == 0
+            if eval_due and cfg.get("eval"):
+                STATE.pending_row = row  # written with the eval metrics (fit() evaluates right after this)
+            else:
+                bridge.append_metrics(cfg["run_dir"], row)
         steps = int(cfg.get("steps", 0))
         if steps and global_step >= steps and hasattr(self, "samples_generator"):
             if self.args.ckpt.save_steps != float("inf"):
@@ -341,7 +346,19 @@ def patch_ppo_trainer(module) -> None:
             self.samples_generator.generate_samples = lambda *a, **k: ([], 0.0, 0, True)
         return orig(self, global_step, logs_dict, client_states)
 
+    def save_best_checkpoint(self, eval_metrics, global_step, client_states=None):
+        cfg = plugin_config()
+        row, STATE.pending_row = STATE.pending_row, None
+        if cfg.get("eval") and eval_metrics:
+            payload = bridge.eval_payload(eval_metrics, global_step, cfg["eval"])
+            bridge.write_eval(cfg["run_dir"], payload)
+            row = dict(row or {"step": int(global_step)}, **bridge.eval_metrics_row(payload))
+        if row:
+            bridge.append_metrics(cfg["run_dir"], row)
+        return orig_best(self, eval_metrics, global_step, client_states)
+
     cls.save_logs_and_checkpoints = save_logs_and_checkpoints
+    cls.save_best_checkpoint = save_best_checkpoint
 
 
 def describe() -> dict[str, Any]:
