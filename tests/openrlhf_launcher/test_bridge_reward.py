@@ -116,3 +116,29 @@ def test_code_reward_runs_the_tests_in_the_sandbox(monkeypatch):
     out = reward.reward_func(["P" + good, "P" + bad, "P" + good], ["P", "P", "P"], [label, label, "not json"])
     assert out["rewards"].tolist() == [1.0, 0.0, 0.0], reward.grade_code(good, label)  # the verdict, on failure
     assert out["extra_logs"]["reward/grading_failures"].tolist() == [0.0, 0.0, 1.0]  # bad label: counted
+
+
+def test_results_collection_reads_an_openrlhf_run_dir(tmp_path):
+    """The run dir the bridge writes is read by harness.results like any other backend's."""
+    import yaml
+
+    from harness.config import load_config
+    from harness.results.collect import collect
+
+    cfg = load_config({"backend": "openrlhf", "method": {"name": "kl_cov"}, "model": {"name": "Qwen/Qwen2.5-7B"},
+                       "task": {"name": "data/dapo.jsonl"}, "train": {"steps": 3}})
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "config.yaml").write_text(yaml.safe_dump(cfg.to_dict()))
+    for step in (1, 2, 3):
+        bridge.append_metrics(run, bridge.to_harness_metrics({"rollout/reward_mean": step / 4,
+                                                              "harness/entropy": 1 / step}, step))
+    spec = {"n_samples": 4, "temperature": 0.6, "top_p": 1.0, "max_tokens": 64, "counts": {"aime": 30}}
+    bridge.write_eval(run, bridge.eval_payload({"eval_aime_pass1": 0.3, "eval_aime_pass4": 0.6}, 3, spec))
+    payload = bridge.build_result(cfg.to_dict(), run, "completed", 5.0, cfg.run_id(), {"name": "kl_cov",
+                                                                                      "advantage": "grpo"})
+    bridge.write_result(run, payload)
+    col = collect([tmp_path])
+    assert list(col.runs["status"]) == ["completed"]
+    assert list(col.metrics["step"]) == [1, 2, 3]
+    assert len(col.evals) == 1 and col.evals.iloc[0]["suite"] == "aime"
