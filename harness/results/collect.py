@@ -171,8 +171,8 @@ def _detail(run_dir: Path, result: dict | None) -> str:
 
 def method_label(method: str | None, advantage: str | None) -> str:
     """``kl_cov`` (GRPO advantages, the paper's default) or ``kl_cov+rloo`` when another estimator is used."""
-    m = method or "?"
-    if advantage and advantage not in (m, "grpo"):
+    m = method if isinstance(method, str) and method else "?"
+    if isinstance(advantage, str) and advantage and advantage not in (m, "grpo"):
         return f"{m}+{advantage}"
     return m
 
