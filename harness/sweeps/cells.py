@@ -10,6 +10,7 @@
         jobs.jsonl                  one line per submission: job id, executor, submitit folder, time
         submit_error.json           the scheduler refused the job (message), until the next submission
         job_error.json              the job raised (traceback), written by the job itself
+        errors/                     the error files of earlier attempts, moved aside at resubmission
         metrics.jsonl, checkpoints/, eval/, result.json      written by the run
 
 Each job writes only inside its own cell directory, and the submitter only writes there while no job of
@@ -20,6 +21,7 @@ rebuilt from these files (``harness.sweeps.status``).
 from __future__ import annotations
 
 import json
+import os
 import shlex
 import sys
 import time
@@ -113,9 +115,14 @@ def last_job(d: Path) -> dict | None:
 
 
 def clear_errors(d: Path) -> None:
-    """Before a new submission: errors of earlier attempts no longer describe the cell."""
+    """Before a new submission: errors of earlier attempts no longer describe the cell; they move to
+    ``errors/<time>-<name>`` (kept, never deleted)."""
+    stamp = time.strftime("%Y%m%d-%H%M%S")
     for name in (SUBMIT_ERROR_FILE, JOB_ERROR_FILE):
-        (Path(d) / name).unlink(missing_ok=True)
+        src = Path(d) / name
+        if src.exists():
+            (Path(d) / "errors").mkdir(exist_ok=True)
+            os.replace(src, Path(d) / "errors" / f"{stamp}-{name}")
 
 
 def record_submit_error(d: Path, message: str, executor: str) -> None:

@@ -86,6 +86,8 @@ def test_resubmitting_clears_the_old_error(tmp_path):
     submit_cells(cells, tmp_path, "debug", target=TARGET, progress=False)
     assert cell_status(d).state == "done"
     assert len((d / "jobs.jsonl").read_text().splitlines()) == 2
+    (kept,) = (d / "errors").glob("*-job_error.json")  # the first attempt's traceback is kept, not deleted
+    assert "RuntimeError" in json.loads(kept.read_text())["error"]
 
 
 def test_states_from_files_alone(tmp_path):
