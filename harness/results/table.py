@@ -79,6 +79,10 @@ def _run_averages(ev: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(out)
 
 
+def _seed(s) -> str:
+    return str(int(s)) if isinstance(s, float) and s.is_integer() else str(s)
+
+
 def _stats(values: pd.Series) -> tuple[float, float, int]:
     v = values.dropna().astype(float)
     n = int(len(v))
@@ -107,7 +111,7 @@ def build_leaderboard(col: Collection | None, baseline: str | None = None, refer
         task_cols = ev.groupby(ev["task"].astype(str))["column"].apply(lambda s: ";".join(sorted(set(s)))).to_dict()
         for (model, task, label), grp in per_run.groupby(["model", "task", "label"], dropna=False):
             row = {"source": "runs", "model": model, "model_params": grp["model_params"].max(), "task": task,
-                   "method": label, "seeds": ",".join(str(s) for s in sorted(grp["seed"].dropna().unique())),
+                   "method": label, "seeds": ",".join(_seed(s) for s in sorted(grp["seed"].dropna().unique())),
                    "task_suites": task_cols.get(str(task), "")}
             for c in suite_cols + AVG_COLS:
                 row[f"{c}_mean"], row[f"{c}_std"], row[f"{c}_n"] = _stats(grp[c])
