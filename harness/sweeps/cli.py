@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import fcntl
+import shutil
 import sys
 from contextlib import contextmanager
 from pathlib import Path
@@ -62,6 +63,9 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         print_plan(spec, cells, runs_dir, args.executor)
         return 0
     check_only(cells, args.only)
+    if args.executor == "slurm" and shutil.which("sbatch") is None:
+        raise ValueError("--executor slurm: sbatch is not on PATH (no SLURM client here); run on a login node, use "
+                         "--executor local, or --dry-run to see the plan")
     for c in cells:
         check_fits_executor(c.resources, args.executor, f"cell {c.alias}")
     commands = launch_commands(cells, runs_dir)  # backend errors surface before anything is written

@@ -124,3 +124,12 @@ def test_a_second_concurrent_submission_into_the_same_runs_dir_is_refused(tmp_pa
         assert main(["sweep", str(p), "--runs-dir", str(runs), "--executor", "debug"]) == 2
     assert "another `harness sweep` is submitting" in capsys.readouterr().err
     assert not list(runs.glob("*/cell.json"))
+
+
+def test_slurm_executor_without_sbatch_is_a_clear_error(tmp_path, capsys, monkeypatch):
+    p = tmp_path / "s.yaml"
+    p.write_text(yaml.safe_dump(spec()))
+    monkeypatch.setenv("PATH", str(tmp_path))  # no sbatch here
+    assert main(["sweep", str(p), "--runs-dir", str(tmp_path / "r"), "--executor", "slurm"]) == 2
+    assert "sbatch is not on PATH" in capsys.readouterr().err
+    assert not (tmp_path / "r").exists()
