@@ -24,7 +24,8 @@ from typing import Iterable
 import pandas as pd
 import yaml
 
-RUN_MARKERS = ("result.json", "metrics.jsonl", "config.yaml")
+RUN_MARKERS = ("result.json", "metrics.jsonl", "config.yaml", "results.json")
+EVAL_ONLY = "results.json"  # `harness eval --out DIR` writes DIR/results.json: a model scored without training
 PROTOCOL_KEYS = ("n_problems", "n_samples", "temperature", "top_p", "max_tokens")
 _STEP_FILE = re.compile(r"^step_(\d+)\.json$")
 
@@ -126,8 +127,21 @@ def _name(v) -> str | None:
     return None if v is None else str(v)
 
 
+def _eval_only_result(run_dir: Path) -> dict | None:
+    """``harness eval`` output seen as a finished run of method ``eval-only`` (e.g. a base model)."""
+    if (run_dir / "result.json").exists() or not (run_dir / EVAL_ONLY).is_file():
+        return None
+    obj = _read_json(run_dir / EVAL_ONLY)
+    if not obj or not isinstance(obj.get("suites"), dict):
+        return None
+    model = str(obj.get("model") or run_dir.name).rstrip("/")
+    return {"status": "completed", "method": "eval-only", "model": Path(model).name if "/" in model and Path(
+        model).exists() else model, "eval": {"step": 0, "suites": obj["suites"]}, "backend": obj.get("engine")}
+
+
 def _run_info(run_dir: Path) -> dict:
     result = _read_json(run_dir / "result.json") if (run_dir / "result.json").is_file() else None
+    result = result or _eval_only_result(run_dir)
     cfg = _read_config(run_dir / "config.yaml") if (run_dir / "config.yaml").is_file() else {}
     src = result or {}
     method_cfg = src.get("method_config")
@@ -160,8 +174,8 @@ def _run_info(run_dir: Path) -> dict:
 def _detail(run_dir: Path, result: dict | None) -> str:
     """Why a run is not usable, for the MISSING note."""
     if result is None:
-        if (run_dir / "result.json").is_file():
-            return "result.json unreadable"
+        if (run_dir / "result.json").is_file() or (run_dir / EVAL_ONLY).is_file():
+            return "result.json unreadable" if (run_dir / "result.json").is_file() else "results.json unreadable"
         if (run_dir / "job_error.json").is_file():
             return "no result.json; job_error.json present"
         return "no result.json" + ("" if (run_dir / "metrics.jsonl").is_file() else ", no metrics yet")
@@ -286,6 +300,7 @@ def collect(paths: Iterable[str | Path]) -> Collection:
         warnings.warn(w.message, w.category, stacklevel=2)
 
     runs = pd.DataFrame(infos)
+    runs["task"] = [t if isinstance(t, str) else "" for t in runs["task"]]  # unknown task: one consistent key
     runs["label"] = [method_label(m, a) for m, a in zip(runs["method"], runs["advantage"])]
     runs["label"] = _disambiguate(runs)
     runs["model_params"] = pd.to_numeric(runs["model_params"], errors="coerce")

@@ -157,3 +157,18 @@ def test_cli_prints_corrupt_line_warnings(runs_root, mk, capsys):
     assert main(["table", str(runs_root)]) == 0
     err = capsys.readouterr().err
     assert f"warning: {d / 'metrics.jsonl'}:16: skipped corrupt metrics line" in err
+
+
+def test_harness_eval_output_is_an_eval_only_row(runs_root, mk, suite):
+    import json as _json
+
+    _runs(runs_root, mk, suite)
+    base = runs_root / "base"
+    base.mkdir()
+    (base / "results.json").write_text(_json.dumps({"model": "pocket-1m", "engine": "hf", "suites": {
+        "A": suite("A", 0.3, n_problems=10, n_samples=4), "B": suite("B", 0.6, n_problems=20, n_samples=1)}}))
+    lb = build_leaderboard(collect([runs_root]))
+    row = _row(lb, "eval-only")
+    assert row["A_mean"] == pytest.approx(30.0) and row["avg_samples_mean"] == pytest.approx((30 * 40 + 60 * 20) / 60)
+    assert row["model"] == "pocket-1m" and _row(lb, "kl_cov")["delta_avg_samples"] == pytest.approx(70 - 63.3333,
+                                                                                                  abs=1e-3)
