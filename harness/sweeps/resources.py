@@ -125,7 +125,11 @@ def local_parallelism(resources: Mapping) -> int:
     """Cells run at once by the local executor: array_parallelism, else CPUs // cpus_per_task."""
     if resources.get("array_parallelism"):
         return int(resources["array_parallelism"])
-    return max(1, (os.cpu_count() or 1) // int(resources.get("cpus_per_task", 1)))
+    try:
+        cpus = len(os.sched_getaffinity(0))  # the CPUs this process may use (containers, taskset)
+    except AttributeError:
+        cpus = os.cpu_count() or 1
+    return max(1, cpus // int(resources.get("cpus_per_task", 1)))
 
 
 def check_layout(config: Mapping, resources: Mapping, where: str) -> None:
