@@ -109,3 +109,10 @@ def test_paper_specs_validate(name):
     if name == "entropy_law_scaling":
         sizes = {c.config["model"]["name"].split("-")[-1] for c in cells}
         assert sizes == {"0.5B", "1.5B", "3B", "7B", "32B"}
+
+
+@pytest.mark.parametrize("path", sorted(str(p) for p in __import__("pathlib").Path("sweeps").glob("*.yaml")))
+def test_every_sweep_spec_in_the_repo_expands(path):
+    """Specs are discovered, not listed by hand: a new or edited spec that no longer validates fails here."""
+    cells = expand(load_spec(path))
+    assert cells and len({c.id for c in cells}) == len(cells) and len({c.dirname for c in cells}) == len(cells)
