@@ -192,3 +192,37 @@ def test_global_scope_across_two_dp_ranks(tiny_model_dir, tmp_path, configure, m
     assert parts[0]["tokens"] == float(full.action_mask.sum()) / 2  # OpenRLHF's window norm: all ranks / gas
     assert int(expected.sum()) == max(1, int(0.15 * int(full.action_mask.sum())))
     assert torch.equal(got, expected)
+
+
+def test_entropy_measured_in_the_old_logprob_pass(configure, make_trainer, monkeypatch):
+    """PolicyModelActor.forward's eval-mode, no-grad old-log-prob forward also yields each response's
+    token-mean entropy (the official pre-update `entropy`), attached to the rows when they enter OpenRLHF's
+    replay buffer; log-probs are unchanged."""
+    from openrlhf.models.utils import compute_entropy
+    from openrlhf.trainer.ppo_utils.replay_buffer import NaiveReplayBuffer
+
+    configure({"name": "grpo"})
+    trainer = make_trainer(trainer_args())
+    exp = make_experience(batch=4, seed=11)
+    actor = trainer.actor
+    actor.eval()
+    with torch.no_grad():
+        lp = actor(exp.sequences, exp.action_mask, exp.attention_mask)   # as PolicyModelActor.forward calls it
+        lp_ref, out = actor(exp.sequences, exp.action_mask, exp.attention_mask, return_output=True)
+    actor.train()
+    torch.testing.assert_close(lp, lp_ref)
+    logits = out["logits"][:, :-1][:, -exp.action_mask.shape[1]:]
+    m = exp.action_mask.float()
+    want = (compute_entropy(logits) * m).sum(-1) / m.sum(-1)
+
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
+    buffer = NaiveReplayBuffer(2, cpu_offload=False)
+    exp.rewards = torch.ones(4)
+    buffer.append(exp)
+    got = torch.stack([item.info["harness/entropy_rollout"] for item in buffer.items])
+    torch.testing.assert_close(got, want.cpu(), rtol=1e-5, atol=1e-6)
+
+    other = make_experience(batch=2, seed=12)   # never seen by the forward: NaN = not measured
+    other.rewards = torch.ones(2)
+    buffer.append(other)
+    assert torch.isnan(torch.stack([it.info["harness/entropy_rollout"] for it in buffer.items[4:]])).all()

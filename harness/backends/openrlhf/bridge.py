@@ -16,7 +16,7 @@ from harness.io import append_jsonl, atomic_write_json, read_jsonl
 # harness key -> OpenRLHF status key (first present wins)
 RENAMES = {
     "reward/mean": ("rollout/reward_mean", "reward"),
-    "entropy": ("harness/entropy",),
+    "entropy": ("harness/entropy_rollout", "harness/entropy"),  # pre-update eval-mode pass, else training forwards
     "clipfrac": ("ppo_clip_ratio",),
     "ppo_kl": ("ppo_kl",),
     "response/length": ("rollout/response_length_mean", "response_length"),

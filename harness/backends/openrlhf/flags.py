@@ -321,6 +321,7 @@ def build_plan(config, run_dir: str | os.PathLike) -> LaunchPlan:
         "seed": seed,
         "steps": steps,
         "seed_offset_per_rank": opts.seed_offset_per_rank,
+        "log_entropy": opts.log_entropy,
         "reward": opts.reward,
         "run_id": run_id(config, cfg),
         "eval": eval_spec,

@@ -38,6 +38,7 @@ class _State:
         self.t0 = time.time()
         self.prev_entropy = None
         self.pending_row = None      # the step's metrics row, waiting for that step's eval
+        self.rollout_entropy = {}    # row key -> token-mean entropy from the old-log-prob forward
 
 
 STATE = _State()
@@ -191,6 +192,15 @@ def patch_ppo_actor(module) -> None:
     training_step.__wrapped_original__, ppo_train.__wrapped_original__ = orig_step, orig_train
     trainer_cls.training_step, trainer_cls.ppo_train = training_step, ppo_train
     module.iter_grad_accum_global_norm = make_planning_iterator(module.iter_grad_accum_global_norm)
+    buffer_cls = module.NaiveReplayBuffer
+    orig_append = buffer_cls.append
+
+    def append(self, experience):
+        attach_rollout_entropy(experience)
+        return orig_append(self, experience)
+
+    append.__wrapped_original__ = orig_append
+    buffer_cls.append = append
 
 
 def patch_actor_model(module) -> None:
@@ -199,6 +209,8 @@ def patch_actor_model(module) -> None:
     orig_forward = actor_cls.forward
 
     def forward(self, *args, **kwargs):
+        if _is_rollout_logprob_pass(self, args, kwargs):
+            return rollout_forward(orig_forward, self, *args, **kwargs)
         out = orig_forward(self, *args, **kwargs)
         if STATE.capture and kwargs.get("return_entropy"):
             output = out[1] if isinstance(out, tuple) else out
@@ -210,6 +222,48 @@ def patch_actor_model(module) -> None:
         return out
 
     actor_cls.forward = forward
+
+
+def _is_rollout_logprob_pass(actor, args, kwargs) -> bool:
+    """The old-log-prob forward of make_experience (PolicyModelActor.forward): eval mode, no grad, plain call."""
+    import torch
+
+    return (plugin_config().get("log_entropy", True) and not STATE.capture and not actor.training
+            and not torch.is_grad_enabled() and len(args) >= 3 and not kwargs.get("return_output")
+            and not kwargs.get("return_entropy"))
+
+
+def _row_keys(sequences, attention_mask) -> list[int]:
+    """A key per row from its unpadded tokens (the replay buffer re-pads rows differently)."""
+    seqs, masks = sequences.detach().cpu(), attention_mask.detach().cpu().bool()
+    return [hash(seqs[i][masks[i]].numpy().tobytes()) for i in range(seqs.shape[0])]
+
+
+def rollout_forward(orig_forward, actor, sequences, action_mask, attention_mask, *args, **kwargs):
+    """The old-log-prob forward, also returning the entropy: each response's token-mean entropy, measured
+    before the update in eval mode (the official `entropy`), is kept by row key for the replay buffer."""
+    log_probs, output = orig_forward(actor, sequences, action_mask, attention_mask, *args, return_output=True,
+                                     return_entropy=True, **kwargs)
+    entropy = output.entropy[:, -action_mask.shape[1]:].float()
+    m = action_mask.float()
+    per_row = ((entropy * m).sum(-1) / m.sum(-1).clamp_min(1)).cpu()
+    if len(STATE.rollout_entropy) > 1_000_000:
+        STATE.rollout_entropy.clear()
+    for key, value in zip(_row_keys(sequences, attention_mask), per_row.tolist()):
+        STATE.rollout_entropy[key] = value
+    return log_probs
+
+
+def attach_rollout_entropy(experience) -> None:
+    """``info["harness/entropy_rollout"]`` (B,) for an experience entering the replay buffer; NaN (= not
+    measured, dropped by the bridge) for rows whose forward was not seen, so every item has the key."""
+    import torch
+
+    if not plugin_config().get("log_entropy", True):
+        return
+    keys = _row_keys(experience.sequences, experience.attention_mask)
+    values = [STATE.rollout_entropy.pop(k, float("nan")) for k in keys]
+    experience.info["harness/entropy_rollout"] = torch.tensor(values, dtype=torch.float32)
 
 
 def make_planning_iterator(orig_iter):
