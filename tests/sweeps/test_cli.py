@@ -1,6 +1,7 @@
 """`harness sweep` / `harness status` end to end: a real tiny pocket cell on the local executor, dry runs."""
 
 import json
+from pathlib import Path
 
 import yaml
 
@@ -49,7 +50,8 @@ def test_pocket_sweep_on_the_local_executor_then_skip(tmp_path, capsys):
 
 def test_dry_run_of_the_paper_spec_writes_nothing(tmp_path, capsys):
     runs = tmp_path / "runs"
-    assert main(["sweep", "sweeps/paper_qwen25.yaml", "--dry-run", "--runs-dir", str(runs)]) == 0
+    spec = Path(__file__).resolve().parents[2] / "sweeps" / "paper_qwen25.yaml"
+    assert main(["sweep", str(spec), "--dry-run", "--runs-dir", str(runs)]) == 0
     out = capsys.readouterr().out
     assert "24 cells in 2 resource group(s)" in out
     assert "qwen2.5-32b__kl_cov__s0" in out and "--actor.model_name_or_path Qwen/Qwen2.5-32B" in out

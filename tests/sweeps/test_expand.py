@@ -1,11 +1,14 @@
 """Expansion: grid x zip x seeds - exclude, ids = resolved-config hashes, readable unique aliases, resources."""
 
+from pathlib import Path
+
 import pytest
 
 from harness.config import load_config
 from harness.sweeps import expand, load_spec
 from harness.sweeps.submit import group_by_resources
 
+SWEEPS = Path(__file__).resolve().parents[2] / "sweeps"
 BASE = {"backend": "pocket", "method": {"name": "grpo"}, "model": {"name": "pocket-0.3m"}, "train": {"steps": 2}}
 
 
@@ -91,7 +94,7 @@ def test_paths_to_a_yaml_base(tmp_path):
 
 @pytest.mark.parametrize("name", ["paper_qwen25", "entropy_law_scaling", "entropy_bonus_alpha"])
 def test_paper_specs_validate(name):
-    cells = expand(load_spec(f"sweeps/{name}.yaml"))
+    cells = expand(load_spec(SWEEPS / f"{name}.yaml"))
     assert cells and all(c.config["backend"] == "openrlhf" for c in cells)
     if name == "paper_qwen25":
         assert len(cells) == 2 * 4 * 3
@@ -111,8 +114,8 @@ def test_paper_specs_validate(name):
         assert sizes == {"0.5B", "1.5B", "3B", "7B", "32B"}
 
 
-@pytest.mark.parametrize("path", sorted(str(p) for p in __import__("pathlib").Path("sweeps").glob("*.yaml")))
+@pytest.mark.parametrize("path", sorted(p.name for p in SWEEPS.glob("*.yaml")))
 def test_every_sweep_spec_in_the_repo_expands(path):
     """Specs are discovered, not listed by hand: a new or edited spec that no longer validates fails here."""
-    cells = expand(load_spec(path))
+    cells = expand(load_spec(SWEEPS / path))
     assert cells and len({c.id for c in cells}) == len(cells) and len({c.dirname for c in cells}) == len(cells)
