@@ -38,6 +38,10 @@ RUNNER = HERE / "_sandbox_runner.py"
 DEFAULT_PYTHON = os.environ.get("HARNESS_SANDBOX_PYTHON", "/usr/bin/python3")
 DEFAULT_RO_PATHS = ("/usr", "/bin", "/lib", "/lib32", "/lib64", "/libx32", "/sbin", "/etc")
 UID_BASE = int(os.environ.get("HARNESS_SANDBOX_UID_BASE", "61000"))
+UID_BLOCK = 64  # uids per Sandbox instance (max workers)
+UID_BLOCKS = 64  # concurrent Sandbox instances per machine
+LOCK_DIR = "/run/harness-sandbox-uids" if os.path.isdir("/run") and os.access("/run", os.W_OK) else \
+    "/tmp/harness-sandbox-uids"
 SETUP_FAILED = 97
 
 
@@ -86,6 +90,10 @@ class Sandbox:
         self.workers = max(1, workers or os.cpu_count() or 1)
         self.is_root = os.geteuid() == 0
         self.strict = self.is_root if strict is None else strict
+        if self.workers > UID_BLOCK:
+            raise ValueError(f"at most {UID_BLOCK} sandbox workers, got {self.workers}")
+        self._uid_lock = None
+        self.uid_base = self._claim_uid_block() if self.is_root else None
         self.ro_paths = list(DEFAULT_RO_PATHS) + [p for p in ro_paths if p not in DEFAULT_RO_PATHS]
         # the interpreter's prefix must be visible inside the chroot; for a venv both the venv (site-packages)
         # and the base interpreter it links to
@@ -154,6 +162,27 @@ class Sandbox:
 
     def close(self) -> None:
         shutil.rmtree(self._base, ignore_errors=True)
+        if self._uid_lock is not None:
+            self._uid_lock.close()  # releases the flock
+            self._uid_lock = None
+
+    def _claim_uid_block(self) -> int:
+        """A block of uids no other live Sandbox (any process on this machine) uses: a flock per block.
+
+        Two graders sharing a uid would share RLIMIT_NPROC and kill each other's programs in the clean-up."""
+        import fcntl
+
+        os.makedirs(LOCK_DIR, mode=0o755, exist_ok=True)
+        for block in range(UID_BLOCKS):
+            f = open(os.path.join(LOCK_DIR, f"{block}.lock"), "a")
+            try:
+                fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError:
+                f.close()
+                continue
+            self._uid_lock = f
+            return UID_BASE + block * UID_BLOCK
+        raise SandboxSetupError(f"all {UID_BLOCKS} sandbox uid blocks are in use (locks in {LOCK_DIR})")
 
     def __enter__(self):
         return self
@@ -163,7 +192,7 @@ class Sandbox:
 
     # -- internals ------------------------------------------------------------------------------------
     def _uid(self, slot: int) -> int | None:
-        return UID_BASE + slot if self.is_root else None
+        return self.uid_base + slot if self.uid_base is not None else None
 
     def _run(self, slot: int, files: dict[str, str], job: dict, lim: Limits) -> ExecResult:
         uid = self._uid(slot)
@@ -213,12 +242,16 @@ class Sandbox:
         writer.start()
         out, killed_for = _collect(proc, r_fd, t0 + lim.wall_s, lim)
         wall = time.monotonic() - t0
-        _killpg(proc.pid)
-        try:
-            rc = proc.wait(timeout=5)
+        try:  # normally the program is done: let the launcher reap it and exit by itself
+            rc = proc.wait(timeout=5 if killed_for else 2)
         except subprocess.TimeoutExpired:
-            proc.kill()
-            rc = proc.wait()
+            _kill_sandbox(proc.pid)
+            try:
+                rc = proc.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                _killpg(proc.pid)
+                rc = proc.wait()
+        _killpg(proc.pid)  # anything left in the group (the launcher has been reaped: no orphan zombies)
         writer.join(timeout=1)
         stdout = out["stdout"].decode("utf-8", "replace")
         stderr = out["stderr"].decode("utf-8", "replace")
@@ -286,7 +319,7 @@ def _collect(proc, r_fd: int, deadline: float, lim: Limits) -> tuple[dict, str |
     finally:
         sel.close()
         if killed_for:
-            _killpg(proc.pid)
+            _kill_sandbox(proc.pid)
         result_file.close()
     return {k: bytes(v) for k, v in bufs.items()}, killed_for
 
@@ -307,6 +340,40 @@ def _parse_results(text: str, nonce: str) -> tuple[dict, dict | None]:
             except ValueError:
                 report = None
     return isolation, report
+
+
+def _children(pid: int) -> list[int]:
+    try:
+        with open(f"/proc/{pid}/task/{pid}/children") as f:
+            return [int(x) for x in f.read().split()]
+    except OSError:
+        kids = []
+        for p in os.listdir("/proc"):
+            if p.isdigit():
+                try:
+                    with open(f"/proc/{p}/stat") as f:
+                        if int(f.read().rsplit(")", 1)[1].split()[1]) == pid:
+                            kids.append(int(p))
+                except (OSError, ValueError, IndexError):
+                    continue
+        return kids
+
+
+def _kill_sandbox(launcher_pid: int) -> None:
+    """SIGKILL the program's PID-namespace init (the namespace dies with it) but not the launcher, which then
+    reaps it and exits: killing the launcher first would leave the init as a zombie of the host's PID 1,
+    counted against the slot uid's RLIMIT_NPROC for as long as that init does not reap it."""
+    kids = _children(launcher_pid)
+    for k in kids:
+        try:
+            os.kill(k, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+    if not kids:  # still setting up (no fork yet) or already gone
+        try:
+            os.kill(launcher_pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
 
 
 def _killpg(pid: int) -> None:

@@ -11,7 +11,7 @@ import uuid
 import pytest
 
 from evals.code_grader import classify, grade_code_many
-from evals.sandbox import UID_BASE, Limits, Sandbox
+from evals.sandbox import Limits, Sandbox
 
 ROOT = os.geteuid() == 0
 needs_root = pytest.mark.skipif(not ROOT, reason="uid drop / chroot checks need root")
@@ -43,6 +43,21 @@ def test_missing_is_reported_plainly():
     text = sb.describe()
     for word in ("network", "PID", "filesystem", "unprivileged uid"):
         assert word in text
+
+
+@needs_root
+def test_concurrent_sandboxes_get_distinct_uids(sandbox):
+    other = Sandbox(workers=2)
+    try:
+        assert other.uid_base != sandbox.uid_base
+        assert abs(other.uid_base - sandbox.uid_base) >= 2
+    finally:
+        other.close()
+    again = Sandbox(workers=1)  # the released block is reusable
+    try:
+        assert again.uid_base != sandbox.uid_base
+    finally:
+        again.close()
 
 
 def test_correct_and_wrong_programs(sandbox):
@@ -108,9 +123,17 @@ def test_no_process_survives_a_program(sandbox):
     res, v = run(sandbox, code)
     assert v["status"] == "passed"
     time.sleep(0.2)
-    uids = {UID_BASE + i for i in range(sandbox.workers)}
+    uids = {sandbox.uid_base + i for i in range(sandbox.workers)}
     alive = [p for p in os.listdir("/proc") if p.isdigit() and _uid_of(p) in uids]
-    assert alive == []
+    assert alive == [], [_describe(p) for p in alive]
+
+
+def _describe(pid):
+    try:
+        status = open(f"/proc/{pid}/status").read().splitlines()
+        return [ln for ln in status if ln.startswith(("Name", "State", "PPid", "NSpid", "Uid"))]
+    except OSError as e:
+        return str(e)
 
 
 def _uid_of(pid):
