@@ -226,3 +226,20 @@ def test_entropy_measured_in_the_old_logprob_pass(configure, make_trainer, monke
     other.rewards = torch.ones(2)
     buffer.append(other)
     assert torch.isnan(torch.stack([it.info["harness/entropy_rollout"] for it in buffer.items[4:]])).all()
+
+
+def test_reference_model_forwards_are_not_taken_for_the_policy(configure, make_trainer, tiny_model_dir):
+    """A reference model's eval-mode forward (another Actor) records nothing: only the policy's own does."""
+    from openrlhf.models import Actor
+
+    from harness.backends.openrlhf import plugin
+
+    configure({"name": "grpo"})
+    make_trainer(trainer_args())
+    ref = Actor(tiny_model_dir, attn_implementation="eager", param_dtype="bf16").float()
+    ref.eval()
+    exp = make_experience(batch=2, seed=3)
+    plugin.STATE.rollout_entropy.clear()
+    with torch.no_grad():
+        ref(exp.sequences.cpu(), exp.action_mask.cpu(), exp.attention_mask.cpu())
+    assert plugin.STATE.rollout_entropy == {}

@@ -163,7 +163,11 @@ def patch_ppo_actor(module) -> None:
     """Patch ``openrlhf.trainer.ray.ppo_actor`` in place."""
     module.PolicyLoss = make_policy_loss_class(module.PolicyLoss)
     trainer_cls = module.ActorPPOTrainer
-    orig_step, orig_train = trainer_cls.training_step, trainer_cls.ppo_train
+    orig_init, orig_step, orig_train = trainer_cls.__init__, trainer_cls.training_step, trainer_cls.ppo_train
+
+    def __init__(self, *args, **kwargs):
+        orig_init(self, *args, **kwargs)
+        STATE.trainer = self  # this process is the policy worker (its Actor's forwards are the policy's)
 
     def training_step(self, experience, kl_ctl, step, loss_batch_info=None):
         loss_fn, m = self.actor_loss_fn, method()
@@ -190,7 +194,8 @@ def patch_ppo_actor(module) -> None:
             STATE.rollout_step += 1
 
     training_step.__wrapped_original__, ppo_train.__wrapped_original__ = orig_step, orig_train
-    trainer_cls.training_step, trainer_cls.ppo_train = training_step, ppo_train
+    __init__.__wrapped_original__ = orig_init
+    trainer_cls.__init__, trainer_cls.training_step, trainer_cls.ppo_train = __init__, training_step, ppo_train
     module.iter_grad_accum_global_norm = make_planning_iterator(module.iter_grad_accum_global_norm)
     buffer_cls = module.NaiveReplayBuffer
     orig_append = buffer_cls.append
@@ -225,9 +230,13 @@ def patch_actor_model(module) -> None:
 
 
 def _is_rollout_logprob_pass(actor, args, kwargs) -> bool:
-    """The old-log-prob forward of make_experience (PolicyModelActor.forward): eval mode, no grad, plain call."""
+    """The old-log-prob forward of make_experience (PolicyModelActor.forward): the policy worker's own Actor
+    (not a reference model), eval mode, no grad, plain call."""
     import torch
 
+    trainer = STATE.trainer
+    if trainer is None or getattr(trainer, "actor", None) is not actor:
+        return False
     return (plugin_config().get("log_entropy", True) and not STATE.capture and not actor.training
             and not torch.is_grad_enabled() and len(args) >= 3 and not kwargs.get("return_output")
             and not kwargs.get("return_entropy"))
