@@ -97,13 +97,51 @@ def bench_sandbox(n: int, workers: int) -> dict:
     return out
 
 
+BATTERY = {
+    "infinite loop": "while True: pass\n",
+    "sleeping loop": "import time\nwhile True: time.sleep(1)\n",
+    "memory bomb (8 GiB)": "x = bytearray(8 << 30)\n",
+    "200 forks": "import os, time\nfor i in range(200):\n    if os.fork() == 0:\n        time.sleep(30); os._exit(0)\n",
+    "write /var/tmp/x": "open('/var/tmp/x', 'w').write('x')\n",
+    "write /tmp/x (private tmpfs)": "open('/tmp/x', 'w').write('x')\n",
+    "read /etc/shadow": "open('/etc/shadow').read()\n",
+    "read /root/.bashrc": "open('/root/.bashrc').read()\n",
+    "network connect": "import socket\nsocket.create_connection(('1.1.1.1', 53), timeout=2)\n",
+    "kill parent, kill(-1)": ("import os\nfor p in (os.getppid(), -1):\n    try:\n        os.kill(p, 9)\n"
+                              "    except OSError:\n        pass\nraise SystemExit(3)\n"),
+    "huge output": "import sys\nwhile True: sys.stdout.write('x' * 65536)\n",
+    "os._exit(0) before tests": "import os\nos._exit(0)\n",
+    "sys.exit(0) before tests": "import sys\nsys.exit(0)\n",
+    "64 MiB file": "open('big', 'wb').write(b'x' * (64 << 20))\n",
+}
+
+
+def battery_table() -> str:
+    """Run the hostile programs one by one with the default limits; a markdown table of the outcomes."""
+    from evals.code_grader import classify
+    from evals.sandbox import Sandbox
+
+    rows = ["| program | status | detail | wall (s) |", "|---|---|---|---|"]
+    with Sandbox(workers=2) as sb:
+        for name, code in BATTERY.items():
+            t0 = time.perf_counter()
+            v = classify(sb.run({"prog.py": code}, {"mode": "script"}), {})
+            rows.append(f"| {name} | {v['status']} | {v['detail'][:70]} | {time.perf_counter() - t0:.2f} |")
+        rows.append(f"\n{sb.describe()}")
+    return "\n".join(rows)
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--items", type=int, default=400)
     ap.add_argument("--programs", type=int, default=60)
     ap.add_argument("--workers", type=int, default=os.cpu_count() or 2)
     ap.add_argument("--json", help="also write the results here")
+    ap.add_argument("--battery", action="store_true", help="only run the hostile-program battery table")
     args = ap.parse_args()
+    if args.battery:
+        print(battery_table())
+        return 0
     res = {"cpus": os.cpu_count(), "load_avg_1m": round(os.getloadavg()[0], 2),
            "math": bench_math(args.items, args.workers), "sandbox": bench_sandbox(args.programs, args.workers)}
     m = res["math"]
