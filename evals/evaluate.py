@@ -139,7 +139,12 @@ def evaluate(engine, suites: Sequence[Suite], out_dir: str | Path, *, n: int | N
     results_path = out / "results.json"
     summary = json.loads(results_path.read_text()) if results_path.exists() else {}
     summary.setdefault("suites", {})
-    summary.update(engine.describe())
+    desc = engine.describe()
+    for key in ("engine", "model"):
+        if summary.get(key) not in (None, desc.get(key)):
+            raise ValueError(f"{results_path} holds results of {key} {summary[key]!r}, not {desc.get(key)!r}; "
+                             "use another --out directory")
+    summary.update(desc)
     for suite in suites:
         protocol = suite.protocol.with_overrides(n_samples=n, temperature=temperature, top_p=top_p,
                                                  max_tokens=max_tokens)

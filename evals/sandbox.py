@@ -35,7 +35,28 @@ from typing import Sequence
 HERE = Path(__file__).resolve().parent
 LAUNCHER = HERE / "_sandbox_launcher.py"
 RUNNER = HERE / "_sandbox_runner.py"
-DEFAULT_PYTHON = os.environ.get("HARNESS_SANDBOX_PYTHON", "/usr/bin/python3")
+def _world_executable(path: str) -> bool:
+    """True when every directory on the way and the file itself are usable by any user."""
+    real = os.path.realpath(path)
+    parts = real.split("/")
+    for i in range(2, len(parts)):
+        d = "/".join(parts[:i])
+        if not os.stat(d).st_mode & 0o001:
+            return False
+    return bool(os.stat(real).st_mode & 0o005 == 0o005)
+
+
+def default_python() -> str:
+    """HARNESS_SANDBOX_PYTHON, else the system python3, else this interpreter if others may run it."""
+    env = os.environ.get("HARNESS_SANDBOX_PYTHON")
+    if env:
+        return env
+    for cand in ("/usr/bin/python3", sys.executable):
+        if cand and os.path.isfile(cand) and (os.geteuid() != 0 or _world_executable(cand)):
+            return cand
+    return "/usr/bin/python3"
+
+
 DEFAULT_RO_PATHS = ("/usr", "/bin", "/lib", "/lib32", "/lib64", "/libx32", "/sbin", "/etc")
 UID_BASE = int(os.environ.get("HARNESS_SANDBOX_UID_BASE", "61000"))
 UID_BLOCK = 64  # uids per Sandbox instance (max workers)
@@ -82,7 +103,7 @@ class Sandbox:
 
     def __init__(self, python: str | None = None, limits: Limits | None = None, workers: int | None = None,
                  ro_paths: Sequence[str] = (), strict: bool | None = None):
-        self.python = python or DEFAULT_PYTHON
+        self.python = python or default_python()
         if not os.path.isfile(self.python):
             raise FileNotFoundError(f"sandbox interpreter {self.python} does not exist; set --sandbox-python "
                                     "or HARNESS_SANDBOX_PYTHON to a python3 readable by an unprivileged user")

@@ -152,3 +152,13 @@ def test_cli_entry_point_subprocess(tmp_path):
                         str(tmp_path / "o.jsonl")], cwd=REPO, capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr
     assert read_jsonl(tmp_path / "o.jsonl")[0]["correct"] is True
+
+
+def test_out_dir_of_another_model_is_refused(tiny_model, tiny_data, tmp_path, capsys):
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "results.json").write_text(json.dumps({"engine": "hf", "model": "other/model", "suites": {}}))
+    assert main(["eval", "--model", tiny_model, "--suites", "math500", "--data-dir", str(tiny_data), "--out",
+                 str(out), "--template", "raw", "--max-tokens", "8"]) == 2
+    assert "other/model" in capsys.readouterr().err
+    assert not (out / "math500.generations.jsonl").exists()
