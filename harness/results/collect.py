@@ -295,8 +295,9 @@ def collect(paths: Iterable[str | Path]) -> Collection:
                     r["run_dir"] = str(d)
                     metric_rows.append(r)
             eval_rows += _eval_rows(d, result)
-    for w in caught:  # re-emit so callers see them, and keep them for reports
-        messages.append(str(w.message))
+    for w in caught:  # re-emit so callers see them, and keep ours for reports
+        if issubclass(w.category, CorruptMetricsWarning):
+            messages.append(str(w.message))
         warnings.warn(w.message, w.category, stacklevel=2)
 
     runs = pd.DataFrame(infos)
