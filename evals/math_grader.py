@@ -4,6 +4,7 @@ What differs from the official Entropy-Mechanism grader (verl ``prime_math`` rew
 alone (no PRM800K string/sympy fallbacks, whose ``isclose(rel_tol=1e-4)`` accepts ``9999`` for ``10,000``),
 the answer is *only* the content of the last brace-matched ``\\boxed{}``/``\\fbox{}`` (no box -> incorrect,
 never math-verify's unanchored "the answer is ..." extraction, which grades restated questions as correct),
+exact rationals are compared exactly (math-verify's 6-digit rounding calls ``1/2^99`` equal to ``1/2^98``),
 and every item runs in a worker process that is killed when it overruns, so a tower of exponents cannot hang
 an evaluation (math-verify's own timeouts are SIGALRM-based and cannot interrupt C-level sympy work).
 """
@@ -115,12 +116,35 @@ def grade_math(response: str, gold: str, *, parse_timeout: int = 5) -> MathVerdi
                   parsing_timeout=parse_timeout)
         if not g or not p:
             return MathVerdict(False, pred, "parse_error")
-        ok = verify(g, p, timeout_seconds=parse_timeout)
+        exact = _exact_numbers_equal(g[0], p[0])
+        ok = exact if exact is not None else verify(g, p, timeout_seconds=parse_timeout)
     except BaseException as e:  # math-verify's TimeoutException subclasses BaseException
         if isinstance(e, (KeyboardInterrupt, SystemExit)):
             raise
         return MathVerdict(False, pred, "timeout" if "imeout" in type(e).__name__ else "error")
     return MathVerdict(bool(ok), pred, "correct" if ok else "wrong")
+
+
+def _exact_numbers_equal(gold, pred) -> bool | None:
+    """Equality of two exact numeric expressions (no symbols, no decimals) to 50 significant digits.
+
+    math-verify compares numbers after rounding to 6 digits, so ``1/2^99`` equals ``1/2^98`` and ``1/2004!``
+    equals ``1/2006!`` there. Returns None (let math-verify decide) for anything else, including decimals,
+    whose tolerant comparison is kept."""
+    try:
+        import sympy
+
+        exprs = (gold, pred)
+        if not all(isinstance(e, sympy.Expr) and not e.free_symbols and not e.atoms(sympy.Float) for e in exprs):
+            return None
+        gv, dv = sympy.N(gold, 60), sympy.N(gold - pred, 60)
+        if dv == 0:
+            return True
+        if not (gv.is_real and dv.is_real and gv.is_finite and dv.is_finite):
+            return None  # complex, infinite, undefined: math-verify's business
+        return bool(abs(dv) <= max(abs(gv), 1) * sympy.Float("1e-50", 60))
+    except Exception:  # noqa: BLE001 - any trouble: fall back to math-verify
+        return None
 
 
 # --------------------------------------------------------------------------------------------------

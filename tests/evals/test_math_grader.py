@@ -63,6 +63,9 @@ CASES = [
     ("-5", "5", False),
     (r"\frac{1}{3}", r"\frac{1}{2}", False),
     ("x^2+1", "(x+1)^2", False),
+    (r"\frac{1}{2^{98}}", r"\frac{1}{2^{99}}", False),  # tiny exact numbers: math-verify alone says True
+    (r"\frac{1}{2006!}", r"\frac{1}{2004!}", False),
+    (r"\frac{1}{2^{99}}", r"2^{-99}", True),
 ]
 
 
