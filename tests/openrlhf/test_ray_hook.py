@@ -95,7 +95,8 @@ def test_real_policy_model_actor_sees_the_patch(ray_cluster):
         if "ActorPPOTrainer" not in init_globals:
             return {"keys": sorted(init_globals)[:50], "mod": fn.__module__, "qual": fn.__qualname__}
         trainer_cls = init_globals["ActorPPOTrainer"]
-        return {"trainer_loss": trainer_cls.__init__.__globals__["PolicyLoss"].__name__,
+        init = getattr(trainer_cls.__init__, "__wrapped_original__", trainer_cls.__init__)  # upstream's body
+        return {"trainer_loss": init.__globals__["PolicyLoss"].__name__,
                 "step_wrapped": hasattr(trainer_cls.training_step, "__wrapped_original__"),
                 "pid": os.getpid()}
 
