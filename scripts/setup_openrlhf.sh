@@ -5,10 +5,17 @@
 # installed WITHOUT its GPU deps (flash-attn, vllm; they do not build on CPU), the light deps its trainer
 # modules import, a pure-Python deepspeed 0.19.6, and this project in editable mode. Idempotent: a stamp
 # file records the inputs; a rerun with unchanged inputs does nothing.
-# Usage: scripts/setup_openrlhf.sh [VENV_DIR]     (env: PYTHON=python3.11)
+# Usage: scripts/setup_openrlhf.sh [VENV_DIR]     (env: PYTHON=python3.11; default: the first of 3.11/3.12/3.10)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 VENV="${1:-.venv-openrlhf}"
+if [[ -z "${PYTHON:-}" ]]; then  # OpenRLHF 0.11.2 ships cp310-cp312 wheels only
+  for candidate in python3.11 python3.12 python3.10 python3; do
+    if command -v "$candidate" >/dev/null && "$candidate" -c 'import sys; sys.exit(not (3, 10) <= sys.version_info[:2] <= (3, 12))'; then
+      PYTHON="$candidate"; break
+    fi
+  done
+fi
 PYTHON="${PYTHON:-python3.11}"
 STAMP="$VENV/.openrlhf-installed"
 KEY="$(cat "$0" pyproject.toml constraints.txt | sha256sum | cut -c1-16)"
