@@ -142,7 +142,7 @@ def _exact_numbers_equal(gold, pred) -> bool | None:
             return True
         if not (gv.is_real and dv.is_real and gv.is_finite and dv.is_finite):
             return None  # complex, infinite, undefined: math-verify's business
-        return bool(abs(dv) <= max(abs(gv), 1) * sympy.Float("1e-50", 60))
+        return bool(gv != 0 and abs(dv) <= abs(gv) * sympy.Float("1e-50", 60))
     except Exception:  # noqa: BLE001 - any trouble: fall back to math-verify
         return None
 
