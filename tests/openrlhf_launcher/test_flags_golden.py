@@ -285,3 +285,11 @@ def test_eval_dataset_flags_and_protocol(tmp_path):
     cfg["eval"]["max_new_tokens"] = 2048
     with pytest.raises(ValueError, match="eval.max_new_tokens"):
         build_plan(cfg, tmp_path / "r")
+
+
+def test_episodes_from_a_local_prompt_set(tmp_path):
+    data = tmp_path / "train.jsonl"
+    data.write_text("".join('{"prompt": "p", "answer": "1"}\n' for _ in range(50)))
+    argv = build_plan({**config(), "task": {"name": str(data)}}, tmp_path / "r").argv
+    # 10 steps x 16 prompts = 160 prompts from 50 rows: ceil(3.2) + 1 = 5 passes
+    assert argv[argv.index("--train.num_episodes") + 1] == "5"

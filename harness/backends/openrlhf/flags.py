@@ -265,8 +265,8 @@ def build_plan(config, run_dir: str | os.PathLike) -> LaunchPlan:
         *(["--data.apply_chat_template"] if opts.apply_chat_template else []),
         *(["--data.input_template", opts.input_template] if opts.input_template else []),
         "--data.max_len", str(opts.max_prompt_len + max_new),
-        # passes over the prompt set: an upper bound (a small set is re-used); the plugin stops after `steps`
-        "--train.num_episodes", str(steps * max_gen),
+        # passes over the prompt set: enough for `steps` (the plugin stops the run there)
+        "--train.num_episodes", str(episodes_needed(str(task.get("name")), steps * prompts * max_gen, steps * max_gen)),
         "--train.seed", str(seed),
         "--rollout.batch_size", str(prompts),
         "--rollout.n_samples_per_prompt", str(n),
@@ -349,6 +349,16 @@ def eval_flags(dataset: str, ev: dict, max_new: int) -> tuple[list[str], dict]:
     spec = {"n_samples": n, "temperature": float(ev.get("temperature", 0.6)), "top_p": 1.0, "max_tokens": max_new,
             "counts": datasource_counts(dataset)}
     return argv, spec
+
+
+def episodes_needed(dataset: str, prompts_needed: int, fallback: int) -> int:
+    """Passes over a local JSONL prompt set that supply ``prompts_needed`` prompts (+1 for prompts OpenRLHF may
+    drop); ``fallback`` for a hub dataset. Each pass past the stop costs upstream's fit() only an empty loop."""
+    if not (dataset.endswith(".jsonl") and os.path.isfile(dataset)):
+        return fallback
+    with open(dataset) as f:
+        rows = sum(1 for line in f if line.strip())
+    return min(fallback, -(-prompts_needed // max(rows, 1)) + 1)
 
 
 def datasource_counts(path: str) -> dict | None:
