@@ -66,6 +66,11 @@ CASES = [
     (r"\frac{1}{2^{98}}", r"\frac{1}{2^{99}}", False),  # tiny exact numbers: math-verify alone says True
     (r"\frac{1}{2006!}", r"\frac{1}{2004!}", False),
     (r"\frac{1}{2^{99}}", r"2^{-99}", True),
+    # math-verify issue cases (huggingface/Math-Verify #14, #60, #69) that the boxed wrapper gets right
+    (r"1 + \frac{1}{\mathrm{e}}", r"1 - \frac{1}{\mathrm{e}}", False),
+    (r"\frac{1}{3\cdot 2^{2006}}", r"\frac{2^{2005}+1}{3\cdot 2^{2006}}", False),
+    ("3x-y+13=0", "3x+4y+14=0", False),
+    ("-1+e^{16}", "e^{16}-1", True),
 ]
 
 
