@@ -6,7 +6,7 @@ PIP     := $(BIN)/python -m pip
 STAMP   := $(VENV)/.installed
 EXTRAS  ?= test,eval,log
 
-.PHONY: setup quickstart test test-all bench clean
+.PHONY: setup quickstart report test test-slurm test-openrlhf setup-openrlhf bench clean
 
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -20,11 +20,24 @@ setup: $(STAMP)
 quickstart: setup
 	$(BIN)/harness sweep sweeps/quickstart.yaml --runs-dir runs/quickstart --results-dir results/quickstart
 
+report: setup  # regenerate results/quickstart/ from runs/quickstart/
+	$(BIN)/harness report runs/quickstart --out results/quickstart
+
 test: setup
 	$(BIN)/python -m pytest -q
 
+test-slurm: setup  # real single-node SLURM cluster (root; installs Debian's slurm-wlm, munge, slurmdbd, mariadb)
+	scripts/ci_slurm.sh
+
+setup-openrlhf:  # partial OpenRLHF 0.11.2 install for CPU tests, in .venv-openrlhf
+	scripts/setup_openrlhf.sh
+
+test-openrlhf:
+	scripts/ci_openrlhf.sh
+
 bench: setup
 	$(BIN)/python benchmarks/bench_methods.py
+	$(BIN)/python benchmarks/bench_evals.py
 
 clean:
-	rm -rf $(VENV) runs .pytest_cache
+	rm -rf $(VENV) .venv-openrlhf runs .pytest_cache

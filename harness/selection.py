@@ -63,16 +63,16 @@ def top_k_mask(values: torch.Tensor, k: int, active: bool) -> torch.Tensor:
     above = values > threshold
     ties = values == threshold
     counts = torch.stack([above.sum(), ties.sum()]).to(torch.long)
-    ties_before = torch.zeros((), dtype=torch.long)
+    ties_before = 0
     if active:
         per_rank = [torch.empty_like(counts) for _ in range(dist.get_world_size())]
         dist.all_gather(per_rank, counts)
         stacked = torch.stack(per_rank)
         n_above = int(stacked[:, 0].sum())
-        ties_before = stacked[: dist.get_rank(), 1].sum()
+        ties_before = int(stacked[: dist.get_rank(), 1].sum())
     else:
         n_above = int(counts[0])
-    take = max(0, min(int(counts[1]), kk - n_above - int(ties_before)))
+    take = max(0, min(int(counts[1]), kk - n_above - ties_before))
     chosen |= above
     if take:
         chosen[ties.nonzero().flatten()[:take]] = True
@@ -90,7 +90,8 @@ def random_subset_mask(n_candidates: int, n_take: int, active: bool, generator=N
     chosen = torch.zeros(n_candidates, dtype=torch.bool, device=device)
     if not active:
         if n_candidates and n_take > 0:
-            chosen[torch.randperm(n_candidates, generator=generator)[: min(n_take, n_candidates)]] = True
+            perm = torch.randperm(n_candidates, generator=generator)  # on the generator's device, as the official
+            chosen[perm[: min(n_take, n_candidates)].to(chosen.device)] = True
         return chosen
-    keys = torch.rand(n_candidates, generator=generator)
+    keys = torch.rand(n_candidates, generator=generator).to(device)  # collectives need the selection device
     return top_k_mask(-keys, n_take, active)

@@ -35,8 +35,8 @@ class ClipCov(CovarianceMethod):
         candidates = mask.bool() & ~clipped & (cov > self.cov_lb) & (cov < self.cov_ub)
         flat = candidates.flatten().nonzero().flatten()
         n_clip = max(int(self.clip_ratio * n), 1)
-        chosen = random_subset_mask(flat.numel(), n_clip, active, generator)
-        selected = torch.zeros(mask.numel(), dtype=torch.bool)
+        chosen = random_subset_mask(flat.numel(), n_clip, active, generator, device=mask.device)
+        selected = torch.zeros(mask.numel(), dtype=torch.bool, device=mask.device)
         selected[flat[chosen]] = True
         return selected.view(mask.shape)
 
