@@ -155,6 +155,10 @@ def _worker_main(conn) -> None:
     import signal
 
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:  # own session: Ctrl-C goes to the parent only, and (Linux autogroup) the worker is scheduled as its own
+        os.setsid()  # group like each sandboxed program, instead of sharing one CPU share with the parent
+    except OSError:
+        pass
     try:
         import math_verify  # noqa: F401  (warm import once per worker)
     except Exception:
@@ -178,6 +182,8 @@ class MathGraderPool:
     """Grade many (response, gold) pairs in ``workers`` processes; each item gets ``timeout_s`` wall time.
 
     Use as a context manager. ``grade(pairs)`` returns verdict dicts in input order."""
+
+    DEPTH = 2
 
     def __init__(self, workers: int | None = None, timeout_s: float = DEFAULT_ITEM_TIMEOUT_S):
         self.workers = max(1, workers or os.cpu_count() or 1)
@@ -220,37 +226,55 @@ class MathGraderPool:
         if not self._procs:
             with self:
                 return self.grade(pairs, progress)
+        from collections import deque
+
         results: list[dict | None] = [None] * len(pairs)
         todo = list(range(len(pairs)))[::-1]
-        busy: dict[int, tuple[int, float]] = {}  # slot -> (item, deadline)
+        n = len(self._procs)
+        # up to DEPTH items queued per worker, so a worker never idles while the dispatcher waits for a CPU;
+        # only the head item of a worker is running, and its deadline starts when the previous one returned
+        inflight = [deque() for _ in range(n)]
+        deadline = [0.0] * n
         bar = tqdm(total=len(pairs), desc="grading math", disable=not progress, leave=False)
-        while todo or busy:
-            for slot in range(len(self._procs)):
-                if slot not in busy and todo:
+
+        def finish(i: int, verdict: dict) -> None:
+            results[i] = verdict
+            bar.update(1)
+
+        while todo or any(inflight):
+            now = time.monotonic()
+            for slot in range(n):
+                while len(inflight[slot]) < self.DEPTH and todo:
                     i = todo.pop()
                     self._procs[slot][1].send((i, pairs[i][0], pairs[i][1]))
-                    busy[slot] = (i, time.monotonic() + self.timeout_s)
-            conns = {self._procs[s][1]: s for s in busy}
-            next_deadline = min(d for _, d in busy.values())
-            ready = mp_wait(list(conns), timeout=max(0.0, next_deadline - time.monotonic()))
-            for c in ready:
+                    if not inflight[slot]:
+                        deadline[slot] = now + self.timeout_s
+                    inflight[slot].append(i)
+            conns = {self._procs[s][1]: s for s in range(n) if inflight[s]}
+            next_deadline = min(deadline[s] for s in conns.values())
+            for c in mp_wait(list(conns), timeout=max(0.0, next_deadline - time.monotonic())):
                 slot = conns[c]
-                try:
-                    idx, verdict = c.recv()
-                except (EOFError, OSError):  # worker died (e.g. killed by the OOM killer)
-                    idx, verdict = busy[slot][0], {"correct": False, "pred": None, "reason": "error: worker died"}
-                    self._replace(slot)
-                results[idx] = verdict
-                del busy[slot]
-                bar.update(1)
+                while inflight[slot] and c.poll():
+                    try:
+                        idx, verdict = c.recv()
+                    except (EOFError, OSError):  # worker died (e.g. the OOM killer)
+                        finish(inflight[slot].popleft(), {"correct": False, "pred": None,
+                                                          "reason": "error: worker died"})
+                        todo.extend(reversed(inflight[slot]))
+                        inflight[slot].clear()
+                        self._replace(slot)
+                        break
+                    inflight[slot].popleft()
+                    finish(idx, verdict)
+                    deadline[slot] = time.monotonic() + self.timeout_s
             now = time.monotonic()
-            for slot, (i, deadline) in list(busy.items()):
-                if now >= deadline and slot in busy:
+            for slot in range(n):
+                if inflight[slot] and now >= deadline[slot]:
+                    i = inflight[slot].popleft()
+                    todo.extend(reversed(inflight[slot]))  # queued behind it, never started
+                    inflight[slot].clear()
                     self._replace(slot)
-                    from_box = extract_last_boxed(pairs[i][0] or "")
-                    results[i] = {"correct": False, "pred": from_box, "reason": "timeout"}
-                    del busy[slot]
-                    bar.update(1)
+                    finish(i, {"correct": False, "pred": extract_last_boxed(pairs[i][0] or ""), "reason": "timeout"})
         bar.close()
         return results  # type: ignore[return-value]
 
