@@ -262,6 +262,11 @@ def main():
     data = (nonce + " " + json.dumps(report) + "\n").encode()
     while data:
         data = data[os.write(report_fd, data):]
+    for stream in (sys.stdout, sys.stderr, sys.__stdout__, sys.__stderr__):
+        try:
+            stream.flush()
+        except Exception:  # noqa: BLE001 - the program may have closed or replaced them
+            pass
     os._exit(0)  # skip atexit/finalizers the program may have registered
 
 

@@ -122,3 +122,24 @@ def test_malformed_item_is_an_error_not_a_crash(sandbox):
                           "test": "def check(c):\n    assert c() == 1\n", "entry_point": "f"}], sandbox)
     assert v[0]["status"] == "error" and "no tests" in v[0]["detail"]
     assert v[1]["status"] == "passed"
+
+
+def test_kodcode_under_real_pytest_with_a_venv_interpreter():
+    """A venv interpreter (here the test's own, with pytest and numpy) works inside the chroot: its prefix is
+    bound read-only, so even a python under root's 0700 home runs as the sandbox uid."""
+    import sys
+
+    from evals.code_grader import build_job, classify
+
+    pytest.importorskip("numpy")
+    row = get_suite("kodcode").load(fixtures=True)[1]
+    sol = raw("kodcode")[1]["solution"]
+    with Sandbox(python=sys.executable, workers=1) as sb:
+        files, job, ctx = build_job({**row, "response": sol})
+        res = sb.run(files, job)
+        assert res.report["runner"] == "pytest" and res.report["passed"] == 4, res.report
+        assert classify(res, ctx)["status"] == "passed"
+        np_prog = sb.run({"prog.py": "import numpy as np\nprint(np.arange(3).sum())\n"}, {"mode": "script"})
+        assert np_prog.report == {"ok": True} and np_prog.stdout.strip() == "3"
+        bad = build_job({**row, "response": "def safe_div(a, b):\n    return a / b\n"})
+        assert classify(sb.run(bad[0], bad[1]), bad[2])["status"] == "failed"
