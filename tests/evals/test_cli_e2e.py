@@ -162,3 +162,16 @@ def test_out_dir_of_another_model_is_refused(tiny_model, tiny_data, tmp_path, ca
                  str(out), "--template", "raw", "--max-tokens", "8"]) == 2
     assert "other/model" in capsys.readouterr().err
     assert not (out / "math500.generations.jsonl").exists()
+
+
+def test_engine_errors(tiny_model, tmp_path, capsys):
+    import importlib.util
+
+    if importlib.util.find_spec("vllm") is None:
+        assert main(["eval", "--model", tiny_model, "--suites", "math500", "--fixtures", "--engine", "vllm"]) == 2
+        assert "needs the vllm package" in capsys.readouterr().err
+    assert main(["eval", "--model", tiny_model, "--suites", "math500", "--fixtures", "--engine", "vlm"]) == 2
+    assert "Did you mean 'vllm'" in capsys.readouterr().err
+    assert main(["eval", "--model", tiny_model, "--suites", "math500", "--fixtures", "--chat",
+                 "--out", str(tmp_path / "o")]) == 2
+    assert "no chat template" in capsys.readouterr().err
