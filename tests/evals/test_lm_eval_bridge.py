@@ -68,3 +68,15 @@ def test_loglikelihood_tasks_refused(tiny_model):
     lm = harness_lm(HFEngine(tiny_model))
     with pytest.raises(NotImplementedError, match="only generate"):
         lm.loglikelihood([])
+
+
+def test_process_results_code_goes_through_the_sandbox():
+    from evals.lm_eval_bridge import load_docs, process_results
+
+    docs = load_docs("humaneval_plus", fixtures=True)["test"]
+    doc = docs[1]  # add(a, b)
+    assert doc["prompt_text"].startswith("Complete the following Python function")
+    r = process_results(doc, [["```python\ndef add(a: int, b: int) -> int:\n    return a + b\n```",
+                               "```python\ndef add(a, b):\n    return a - b\n```",
+                               "```python\nimport os\nos._exit(0)\n```"]])
+    assert r["avg_at_k"] == pytest.approx(1 / 3) and r["pass_at_k"] == 1.0
