@@ -9,7 +9,6 @@ is an error instead of being silently dropped (HF ``code_eval``). Standard error
 from __future__ import annotations
 
 import math
-from collections import Counter
 from typing import Callable, Hashable, Sequence
 
 
@@ -94,7 +93,3 @@ def answer_key(pred: str | None) -> str | None:
     from .math_grader import normalize_answer
 
     return normalize_answer(pred).replace(" ", "").replace("\\dfrac", "\\frac").replace("\\tfrac", "\\frac")
-
-
-def count_answers(answers: Sequence[str | None]) -> Counter:
-    return Counter(a for a in answers if a is not None)

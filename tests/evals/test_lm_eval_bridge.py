@@ -2,7 +2,6 @@
 driving our engine."""
 
 import json
-from pathlib import Path
 
 import pytest
 
