@@ -152,15 +152,16 @@ def evaluate(engine, suites: Sequence[Suite], out_dir: str | Path, *, n: int | N
         ident = {"suite": suite.name, **engine.describe(), "protocol": protocol.__dict__, "seed": seed,
                  "template": template or suite.template, "problem_ids": [p["id"] for p in problems]}
         ident_path = out / f"{suite.name}.protocol.json"
-        if ident_path.exists():
+        if ident_path.exists():  # same protocol required; the problem set may grow (--limit 10, then all)
             old = json.loads(ident_path.read_text())
-            diff = sorted(k for k in set(old) | set(ident) if old.get(k) != ident.get(k))
+            diff = sorted(k for k in set(old) | set(ident) if k != "problem_ids" and old.get(k) != ident.get(k))
             if diff:
                 raise ValueError(f"{out} already holds {suite.name} generations made with a different "
                                  f"{', '.join(diff)}; use another --out directory (or delete "
                                  f"{suite.name}.* there) instead of mixing protocols")
-        else:
-            atomic_write_json(ident_path, ident)
+            known = list(old.get("problem_ids", []))
+            ident["problem_ids"] = known + [i for i in ident["problem_ids"] if i not in set(known)]
+        atomic_write_json(ident_path, ident)
         gen_path = out / f"{suite.name}.generations.jsonl"
         done = _existing(gen_path, problems, protocol)
         by_id = {p["id"]: p for p in problems}

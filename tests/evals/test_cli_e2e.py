@@ -56,6 +56,16 @@ def test_eval_end_to_end(tiny_model, tiny_data, tmp_path, capsys):
     assert res2["metrics"] == res["metrics"]
     assert len(read_jsonl(gen)) == 4
 
+    # a larger problem set in the same directory reuses what is there
+    out2 = tmp_path / "out2"
+    first = ["eval", "--model", tiny_model, "--suites", "math500", "--data-dir", str(tiny_data), "--out", str(out2),
+             "--template", "raw", "--max-tokens", "16"]
+    assert main(first + ["--limit", "2"]) == 0
+    assert main(first) == 0
+    res3 = json.loads((out2 / "results.json").read_text())["suites"]["math500"]
+    assert res3["resumed_samples"] == 2 and res3["n_problems"] == 4
+    assert res3["metrics"] == res["metrics"]
+
     # a different protocol in the same directory is refused, nothing is overwritten
     before = gen.read_text()
     assert main(args[:-4] + ["--max-tokens", "8", "--batch-size", "4"]) == 2
