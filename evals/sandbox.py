@@ -27,6 +27,7 @@ import sys
 import tempfile
 import threading
 import time
+import weakref
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -124,6 +125,8 @@ class Sandbox:
                 self.ro_paths.append(prefix)
         self._base = Path(tempfile.mkdtemp(prefix="harness-sandbox-"))
         os.chmod(self._base, 0o711)
+        # removes the directory and releases the uid block also for sandboxes never closed (module globals)
+        self._finalizer = weakref.finalize(self, _cleanup, str(self._base), self._uid_lock)
         (self._base / "root").mkdir()
         self._slots: queue.Queue[int] = queue.Queue()
         for i in range(self.workers):
@@ -182,10 +185,7 @@ class Sandbox:
             return [f.result() for f in futs]
 
     def close(self) -> None:
-        shutil.rmtree(self._base, ignore_errors=True)
-        if self._uid_lock is not None:
-            self._uid_lock.close()  # releases the flock
-            self._uid_lock = None
+        self._finalizer()
 
     def _claim_uid_block(self) -> int:
         """A block of uids no other live Sandbox (any process on this machine) uses: a flock per block.
@@ -293,6 +293,12 @@ class Sandbox:
         else:
             res.status, res.detail = "completed", ""
         return res
+
+
+def _cleanup(base: str, lock_file) -> None:
+    shutil.rmtree(base, ignore_errors=True)
+    if lock_file is not None:
+        lock_file.close()  # releases the flock on the uid block
 
 
 def _write_all(pipe, data: bytes) -> None:
