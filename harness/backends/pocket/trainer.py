@@ -315,25 +315,16 @@ class PocketTrainer:
                 continue
             mini = batch.index(mini_rows)
             mini_old, mini_adv = old_lp[mini_rows], adv[mini_rows]
-            mini_tokens = float(mini.mask.sum())
             plan = None
             if use_plan:
                 cur, _ = self._logprobs_chunked(self.model, mini, cfg.temperature, False)
                 plan = m.select_tokens(cur, mini_old, mini_adv, mini.mask, generator=g_method)
             self.opt.zero_grad(set_to_none=True)
-            for s in range(0, len(mini_rows), cfg.micro_batch_size):
-                sl = slice(s, s + cfg.micro_batch_size)
-                micro = mini.index(sl)
-                lp, ent = token_logprobs(self.model, micro, cfg.temperature, with_entropy=m.needs_entropy)
-                out = m.policy_loss(lp, mini_old[sl], mini_adv[sl], micro.mask, entropy=ent, step=step,
-                                    generator=g_method, selected=plan[sl] if plan is not None else None)
-                n_tok = float(micro.mask.sum())
-                (out.loss * (n_tok / max(mini_tokens, 1.0))).backward()
-                tokens_total += n_tok
-                sel_count += out.metrics.get("selected/count", 0.0)
-                for k in _LOSS_KEYS:
-                    if k in out.metrics:
-                        sums[k] = sums.get(k, 0.0) + out.metrics[k] * n_tok
+            n_tok, mini_sums, n_sel = self.accumulate_gradients(step, mini, mini_old, mini_adv, plan, g_method)
+            tokens_total += n_tok
+            sel_count += n_sel
+            for k, v in mini_sums.items():
+                sums[k] = sums.get(k, 0.0) + v
             clip = cfg.grad_clip if cfg.grad_clip > 0 else float("inf")
             gn = float(torch.nn.utils.clip_grad_norm_(self.model.parameters(), clip))
             grad_norms.append(gn)
@@ -349,6 +340,34 @@ class PocketTrainer:
         if skipped:
             out["update/nonfinite_skipped"] = skipped
         return out
+
+    def micro_weight(self, micro: Batch, mini: Batch) -> float:
+        """Scale of a micro-batch loss so that the sum over micro-batches equals the mini-batch aggregate."""
+        agg = getattr(self.method, "agg", "token-mean")
+        if agg == "token-mean":  # exact token mean (verl weights by sequence count instead)
+            return float(micro.mask.sum()) / max(float(mini.mask.sum()), 1.0)
+        if agg in ("seq-mean-token-sum", "seq-mean-token-mean"):
+            return micro.input_ids.shape[0] / mini.input_ids.shape[0]
+        return 1.0  # seq-mean-token-sum-norm: a sum over tokens / fixed width, already additive
+
+    def accumulate_gradients(self, step, mini: Batch, mini_old, mini_adv, plan, generator):
+        """Backward of one mini-batch's loss over its micro-batches; returns (tokens, metric sums, selected)."""
+        cfg, m = self.cfg.train, self.method
+        sums, n_tokens, n_sel = {}, 0.0, 0.0
+        for s in range(0, mini.input_ids.shape[0], cfg.micro_batch_size):
+            sl = slice(s, s + cfg.micro_batch_size)
+            micro = mini.index(sl)
+            lp, ent = token_logprobs(self.model, micro, cfg.temperature, with_entropy=m.needs_entropy)
+            out = m.policy_loss(lp, mini_old[sl], mini_adv[sl], micro.mask, entropy=ent, step=step,
+                                generator=generator, selected=plan[sl] if plan is not None else None)
+            (out.loss * self.micro_weight(micro, mini)).backward()
+            n_tok = float(micro.mask.sum())
+            n_tokens += n_tok
+            n_sel += out.metrics.get("selected/count", 0.0)
+            for k in _LOSS_KEYS:
+                if k in out.metrics:
+                    sums[k] = sums.get(k, 0.0) + out.metrics[k] * n_tok
+        return n_tokens, sums, n_sel
 
     # ------------------------------------------------------------------------------------ evaluation
     @torch.no_grad()
