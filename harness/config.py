@@ -78,12 +78,12 @@ class TaskConfig:
 
 @dataclass
 class TrainConfig:
-    steps: int = _opt(40, kind=int, min=1)
+    steps: int = _opt(50, kind=int, min=1)
     prompts_per_step: int = _opt(16, kind=int, min=1)
     samples_per_prompt: int = _opt(8, kind=int, min=1)
-    updates_per_rollout: int = _opt(4, kind=int, min=1, help="optimizer steps (mini-batches) per rollout")
-    micro_batch_size: int = _opt(64, kind=int, min=1, help="sequences per forward/backward (gradient accumulation)")
-    lr: float = _opt(1e-3, kind=float, min=0.0)
+    updates_per_rollout: int = _opt(8, kind=int, min=1, help="optimizer steps (mini-batches) per rollout")
+    micro_batch_size: int = _opt(16, kind=int, min=1, help="sequences per forward/backward (gradient accumulation)")
+    lr: float = _opt(5e-4, kind=float, min=0.0)
     weight_decay: float = _opt(0.0, kind=float, min=0.0)
     grad_clip: float = _opt(1.0, kind=float, min=0.0, help="max grad norm; 0 disables")
     temperature: float = _opt(1.0, kind=float, min=1e-6, help="rollout temperature")
