@@ -315,21 +315,17 @@ def _check_backend(cfg: RunConfig) -> None:
 
 
 def _check_method_section(cfg: RunConfig, check_method: bool) -> None:
+    """Validate the method through the registry and fill in its defaults, so that ``{name: grpo}`` and
+    ``{name: grpo, eps_low: 0.2}`` are one config (one run id) and config.yaml records every hyperparameter."""
     name = cfg.method.get("name")
     if not isinstance(name, str) or not name:
         raise ConfigError("method.name: required, the name of a registered method (see `harness methods`)")
     if not check_method:
         return
-    try:
-        import harness
+    from harness.method import get_method
 
-        get_method = getattr(harness, "get_method", None)
-    except Exception:
-        get_method = None
-    if get_method is None:
-        return  # method API not available: the backend reports errors when it builds the method
     try:
-        get_method(name, **cfg.method_hparams)
+        cfg.method = get_method(name, **cfg.method_hparams).to_config()
     except (KeyError, ValueError, TypeError) as e:
         msg = e.args[0] if isinstance(e, KeyError) and e.args else str(e)
         raise ConfigError(f"method: {msg}") from None

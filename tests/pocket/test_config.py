@@ -14,11 +14,15 @@ def err(cfg, overrides=None) -> str:
 def test_defaults_and_overrides(tiny):
     cfg = load_config(tiny, ["train.steps=7", "train.lr=1e-4", "method={name: kl_cov, k_ratio: 0.02}"])
     assert cfg.train.steps == 7 and cfg.train.lr == pytest.approx(1e-4)  # "1e-4" (YAML 1.1 string) accepted
-    assert cfg.method == {"name": "kl_cov", "k_ratio": 0.02}
-    assert cfg.method_hparams == {"k_ratio": 0.02}
+    assert cfg.method["name"] == "kl_cov" and cfg.method["k_ratio"] == 0.02
+    assert cfg.method["beta"] == 1.0 and cfg.method["scope"] == "micro_batch"  # defaults filled in from the registry
+    assert cfg.method_hparams["k_ratio"] == 0.02 and "name" not in cfg.method_hparams
     assert cfg.eval.temperature == 0.6 and cfg.eval.greedy is True
     assert load_config(cfg.to_dict()).run_id() == cfg.run_id()
     assert load_config(tiny).run_id() != cfg.run_id()
+    # a default spelled out is the same config, hence the same run
+    explicit = load_config(tiny, ["train.steps=7", "train.lr=1e-4", "method={name: kl_cov, k_ratio: 0.02, beta: 1.0}"])
+    assert explicit.run_id() == cfg.run_id()
 
 
 def test_unknown_key_gets_did_you_mean(tiny):

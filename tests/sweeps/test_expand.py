@@ -36,8 +36,9 @@ def test_cartesian_product_with_zip_exclude_and_seeds():
 def test_mapping_value_replaces_the_subtree():
     base = dict(BASE, method={"name": "kl_cov", "k_ratio": 0.5})
     cells = cells_of(base=base, grid={"method": [{"name": "grpo"}, {"name": "kl_cov"}]})
-    assert cells[0].config["method"] == {"name": "grpo"}  # no stale k_ratio left from base
-    assert "k_ratio" not in cells[1].config["method"]
+    assert cells[0].config["method"]["name"] == "grpo"
+    assert "k_ratio" not in cells[0].config["method"]  # no stale k_ratio left from base (grpo has none)
+    assert cells[1].config["method"]["k_ratio"] == 0.002  # kl_cov's default, not base's 0.5
 
 
 def test_ids_are_the_run_ids_of_the_resolved_configs_and_stable():
