@@ -115,7 +115,7 @@ def cmd_eval(args) -> int:
 
 def _cmd_lm_eval(args) -> int:
     from .engines import make_engine
-    from .evaluate import atomic_write_json
+    from harness.io import atomic_write_json
     from .lm_eval_bridge import run_lm_eval
 
     if not args.model:
@@ -163,7 +163,9 @@ def _kind_of(row: dict) -> str:
 
 
 def cmd_grade(args) -> int:
-    from .evaluate import atomic_write_jsonl, grade_items
+    from harness.io import write_jsonl
+
+    from .evaluate import grade_items
 
     src, dst = Path(args.input), Path(args.output)
     if not src.exists():
@@ -211,7 +213,7 @@ def cmd_grade(args) -> int:
             extra.update(pred=v.get("pred"), reason=v.get("reason"))
         out_rows.append({**row, **extra})
     dst.parent.mkdir(parents=True, exist_ok=True)
-    atomic_write_jsonl(dst, out_rows)
+    write_jsonl(dst, out_rows)
     n_ok = sum(r["correct"] for r in out_rows)
     print(f"graded {len(out_rows)} lines: {n_ok} correct ({n_ok / max(1, len(out_rows)):.1%}) -> {dst}")
     return 0

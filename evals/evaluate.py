@@ -14,7 +14,6 @@ backends use for in-loop evals.
 from __future__ import annotations
 
 import json
-import os
 import time
 from collections import defaultdict
 from pathlib import Path
@@ -22,40 +21,10 @@ from typing import Sequence
 
 from tqdm.auto import tqdm
 
+from harness.io import atomic_write_json, read_jsonl, write_jsonl
+
 from .metrics import answer_key, summarize
 from .suites import Protocol, Suite
-
-
-def atomic_write_json(path: Path, obj) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(obj, indent=2, sort_keys=False) + "\n")
-    os.replace(tmp, path)
-
-
-def atomic_write_jsonl(path: Path, rows: Sequence[dict]) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "w") as f:
-        for r in rows:
-            f.write(json.dumps(r) + "\n")
-    os.replace(tmp, path)
-
-
-def read_jsonl_tolerant(path: Path) -> list[dict]:
-    """Lines of a JSONL file; a torn last line (killed mid-write) is dropped, other bad lines are errors."""
-    if not path.exists():
-        return []
-    lines = path.read_text().splitlines()
-    rows = []
-    for i, line in enumerate(lines):
-        if not line.strip():
-            continue
-        try:
-            rows.append(json.loads(line))
-        except ValueError:
-            if i == len(lines) - 1:
-                break
-            raise ValueError(f"{path}:{i + 1}: corrupt line (not JSON); fix or delete the file") from None
-    return rows
 
 
 def grade_items(kind: str, items: list[dict], *, workers: int | None = None, sandbox=None,
@@ -186,7 +155,7 @@ def evaluate(engine, suites: Sequence[Suite], out_dir: str | Path, *, n: int | N
                                      progress=progress)
         result["generation_s"] = round(gen_time, 2)
         result["resumed_samples"] = len(problems) * protocol.n_samples - len(todo)
-        atomic_write_jsonl(out / f"{suite.name}.graded.jsonl", graded)
+        write_jsonl(out / f"{suite.name}.graded.jsonl", graded)
         summary["suites"][suite.name] = result
         atomic_write_json(results_path, summary)
     return summary
@@ -195,10 +164,10 @@ def evaluate(engine, suites: Sequence[Suite], out_dir: str | Path, *, n: int | N
 def _existing(path: Path, problems: list[dict], protocol: Protocol) -> dict[tuple, str]:
     ids = {p["id"] for p in problems}
     done = {}
-    rows = read_jsonl_tolerant(path)
+    rows = read_jsonl(path)
     for r in rows:
         if r.get("id") in ids and isinstance(r.get("sample"), int) and r["sample"] < protocol.n_samples:
             done[(r["id"], r["sample"])] = r.get("response", "")
     if rows and path.read_text() and not path.read_text().endswith("\n"):  # torn last line: rewrite cleanly
-        atomic_write_jsonl(path, [r for r in rows])
+        write_jsonl(path, [r for r in rows])
     return done
