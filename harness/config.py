@@ -20,7 +20,6 @@ import json
 import math
 import os
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, Mapping
 
 import yaml
@@ -240,34 +239,23 @@ def parse_override(text: str) -> tuple[list[str], Any]:
 
 
 def apply_overrides(data: dict, overrides) -> dict:
+    from harness.keypaths import set_path
+
     data = copy.deepcopy(data)
     for text in overrides or []:
         keys, value = parse_override(text)
-        node = data
-        for i, k in enumerate(keys[:-1]):
-            nxt = node.get(k)
-            if nxt is None:
-                nxt = node[k] = {}
-            if not isinstance(nxt, dict):
-                raise ConfigError(f"override {text!r}: {'.'.join(keys[:i + 1])} is not a mapping")
-            node = nxt
-        node[keys[-1]] = value
+        try:
+            set_path(data, ".".join(keys), value)
+        except ValueError as e:
+            raise ConfigError(f"override {text!r}: {e}") from None
     return data
 
 
 def read_config_file(path: str | os.PathLike) -> dict:
-    path = Path(path)
-    if not path.exists():
-        raise FileNotFoundError(f"config file not found: {path}")
-    try:
-        data = yaml.safe_load(path.read_text())
-    except yaml.YAMLError as e:
-        raise ConfigError(f"{path}: not valid YAML: {e}") from None
-    if data is None:
-        data = {}
-    if not isinstance(data, dict):
-        raise ConfigError(f"{path}: a run config must be a mapping with sections backend, seed, method, model, task, train, eval, logging")
-    return data
+    from harness.io import read_yaml_mapping
+
+    return read_yaml_mapping(path, ConfigError, "a run config",
+                             "sections backend, seed, method, model, task, train, eval, logging")
 
 
 def load_config(source: str | os.PathLike | Mapping | RunConfig, overrides=None, check_method: bool = True) -> RunConfig:

@@ -98,3 +98,21 @@ def write_jsonl(path: str | os.PathLike, records: Iterable[dict]) -> Path:
     """Atomically replace a JSONL file with ``records``."""
     text = "".join(json.dumps(_finite(r), default=_json_default) + "\n" for r in records)
     return atomic_write_text(path, text)
+
+
+def read_yaml_mapping(path: str | os.PathLike, error: type[Exception], what: str, expected: str) -> dict:
+    """A YAML file that must hold a mapping (empty file = {}); ``error`` names the file and the problem."""
+    import yaml
+
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"{what.removeprefix('a ')} not found: {path}")
+    try:
+        data = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as e:
+        raise error(f"{path}: not valid YAML: {e}") from None
+    if data is None:
+        data = {}
+    if not isinstance(data, dict):
+        raise error(f"{path}: {what} must be a mapping with {expected}")
+    return data

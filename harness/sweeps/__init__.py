@@ -5,7 +5,7 @@
     submit_cells(cells, runs_dir, executor="local")
     sweep_status(runs_dir)                     # rebuilt from the cell directories, never from a job id
 
-Modules, one job each: ``paths`` (dotted key paths), ``spec`` (parse + validate the YAML), ``resources``
+Modules, one job each (dotted key paths live in ``harness.keypaths``): ``spec`` (parse + validate the YAML), ``resources``
 (resource keys -> submitit parameters), ``expand`` (grid x zip x seeds - exclude -> cells, ids, aliases),
 ``cells`` (the cell directory: materialise, job records), ``job`` (what runs inside a job), ``submit``
 (job arrays per resource group), ``status`` (pending/running/done/failed from the cell directories and

@@ -15,7 +15,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
 
-from harness.sweeps import paths
+from harness import keypaths as paths
 from harness.sweeps.resources import check_layout, merged
 from harness.sweeps.spec import SpecError, SweepSpec
 

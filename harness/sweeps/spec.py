@@ -19,7 +19,8 @@ from typing import Any, Mapping
 import yaml
 
 from harness.registry import did_you_mean
-from harness.sweeps import paths
+from harness import keypaths as paths
+from harness.io import read_yaml_mapping
 from harness.sweeps.resources import check_resources
 
 TOP_KEYS = ("name", "description", "base", "grid", "zip", "exclude", "seeds", "resources")
@@ -63,14 +64,7 @@ def load_spec(source: str | Path | Mapping) -> SweepSpec:
         data = dict(source)
     else:
         path = Path(source)
-        if not path.is_file():
-            raise FileNotFoundError(f"sweep spec not found: {path}")
-        try:
-            data = yaml.safe_load(path.read_text())
-        except yaml.YAMLError as e:
-            raise SpecError(f"{path}: not valid YAML: {e}") from None
-        if not isinstance(data, dict):
-            raise SpecError(f"{path}: a sweep spec must be a mapping with keys {', '.join(TOP_KEYS)}")
+        data = read_yaml_mapping(path, SpecError, "a sweep spec", f"keys {', '.join(TOP_KEYS)}")
     try:
         return _parse(data, path)
     except SpecError as e:

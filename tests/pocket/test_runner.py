@@ -62,7 +62,7 @@ def test_bad_input_fails_before_any_work(cfg_file, tmp_path, capsys, override, f
 
 def test_missing_config_and_dry_run(cfg_file, tmp_path, capsys):
     assert main(["train", str(tmp_path / "nope.yaml")]) == 2
-    assert "config file not found" in capsys.readouterr().err
+    assert "run config not found" in capsys.readouterr().err
     assert main(["train", str(cfg_file), "--dry-run", "--run-dir", str(tmp_path / "d")]) == 0
     out = capsys.readouterr().out
     assert "backend: pocket" in out and "# run id" in out and not (tmp_path / "d").exists()
