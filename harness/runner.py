@@ -24,7 +24,9 @@ from harness.config import RunConfig, config_hash, diff_configs, load_config
 from harness.io import atomic_write_json, atomic_write_text
 
 SCHEMA_VERSION = 1
-RUN_FILES = ("config.yaml", "metrics.jsonl", "eval", "checkpoints", "result.json", "train.log", "tensorboard", "wandb")
+RUN_FILES = ("config.yaml", "metrics.jsonl", "eval", "checkpoints", "result.json", "train.log", "tensorboard", "wandb",
+             "openrlhf.log")
+RUN_FILE_PATTERNS = ("openrlhf.task*.log",)  # one log per SLURM task of a multi-node OpenRLHF run
 
 
 class RunLog:
@@ -42,6 +44,7 @@ class RunLog:
 
 def _archive(run_dir: Path, old_id: str) -> Path | None:
     present = [run_dir / n for n in RUN_FILES if (run_dir / n).exists()]
+    present += [p for pattern in RUN_FILE_PATTERNS for p in sorted(run_dir.glob(pattern))]
     if not present:
         return None
     dest = run_dir / "replaced" / f"{old_id}-{time.strftime('%Y%m%d-%H%M%S')}"

@@ -30,7 +30,15 @@ def train_cell(cell_dir: str | Path) -> dict:
     from harness.runner import run
 
     cell_dir = Path(cell_dir)
-    result = run(load_config(cell_dir / "config.yaml"), cell_dir)
+    config = load_config(cell_dir / "config.yaml")
+    if int(os.environ.get("SLURM_NNODES", "1")) > 1 and int(os.environ.get("SLURM_PROCID", "0")) != 0:
+        # a non-head task of a multi-node job lends its node to the head (OpenRLHF: joins its Ray cluster);
+        # the run directory (config.yaml, resume, result.json) belongs to task 0 alone, so no task races on it
+        from harness.backends import BACKENDS
+
+        BACKENDS.get(config.backend).train(config, cell_dir)
+        return {"status": "worker"}
+    result = run(config, cell_dir)
     if isinstance(result, dict):
         return {k: result.get(k) for k in ("run_id", "status", "wall_time_s") if k in result}
     return {"status": "completed"}
