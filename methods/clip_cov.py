@@ -29,8 +29,9 @@ class ClipCov(CovarianceMethod):
         if self.cov_lb >= self.cov_ub:
             raise ValueError(f"clip_cov: cov_lb={self.cov_lb} must be < cov_ub={self.cov_ub}")
 
-    def choose(self, log_probs, old_log_probs, advantages, mask, generator):
-        _, clipped = ppo_clip_token_loss(log_probs, old_log_probs, advantages, self.eps_low, self.eps_high)
+    def choose(self, log_probs, old_log_probs, advantages, mask, generator, clipped=None):
+        if clipped is None:
+            _, clipped = ppo_clip_token_loss(log_probs, old_log_probs, advantages, self.eps_low, self.eps_high)
         cov, n, active = self.covariance(log_probs, advantages, mask)
         candidates = mask.bool() & ~clipped & (cov > self.cov_lb) & (cov < self.cov_ub)
         flat = candidates.flatten().nonzero().flatten()
@@ -42,5 +43,9 @@ class ClipCov(CovarianceMethod):
 
     def per_token_loss(self, log_probs, old_log_probs, advantages, mask, *, step=0, generator=None, selected=None):
         loss, clipped = ppo_clip_token_loss(log_probs, old_log_probs, advantages, self.eps_low, self.eps_high)
-        chosen = self.selection(log_probs, old_log_probs, advantages, mask, generator, selected)
+        if selected is not None:
+            chosen = selected & mask.bool()
+        else:  # reuse the clip mask of this loss for the candidate filter
+            with torch.no_grad():
+                chosen = self.choose(log_probs.detach(), old_log_probs, advantages.detach(), mask, generator, clipped)
         return TokenLoss(loss * (~chosen).to(loss.dtype), clipped=clipped & mask.bool(), selected=chosen)

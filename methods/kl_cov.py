@@ -34,11 +34,9 @@ class KLCov(CovarianceMethod):
 
     def choose(self, log_probs, old_log_probs, advantages, mask, generator):
         cov, n, active = self.covariance(log_probs, advantages, mask)
-        valid = mask.bool()
         k = max(1, int(n * self.k_ratio)) if n > 0 else 0
-        selected = torch.zeros_like(valid)
-        selected[valid] = top_k_mask(cov[valid], k, active)
-        return selected
+        ranked = cov.masked_fill(~mask.bool(), -torch.inf).flatten()  # padding can never win; no compaction copy
+        return top_k_mask(ranked, k, active).view(mask.shape)
 
     def per_token_loss(self, log_probs, old_log_probs, advantages, mask, *, step=0, generator=None, selected=None):
         log_ratio = log_probs - old_log_probs
