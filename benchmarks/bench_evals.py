@@ -145,7 +145,7 @@ def main() -> int:
     res = {"cpus": os.cpu_count(), "load_avg_1m": round(os.getloadavg()[0], 2),
            "math": bench_math(args.items, args.workers), "sandbox": bench_sandbox(args.programs, args.workers)}
     m = res["math"]
-    print(f"| benchmark | setting | time (s) | throughput | speedup |\n|---|---|---|---|---|")
+    print("| benchmark | setting | time (s) | throughput | speedup |\n|---|---|---|---|---|")
     print(f"| math grading, serial math-verify | {m['items']} items, 1 process | {m['serial_s']} | "
           f"{m['serial_items_per_s']} items/s | 1.00x |")
     print(f"| math grading, pooled wrapper | {m['items']} items, {m['workers']} workers | {m['pool_s']} | "

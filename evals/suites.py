@@ -235,7 +235,7 @@ def mbpp_row(row: dict, i: int) -> dict:
 
         m = re.search(r"assert\s+(?:math\.isclose\()?\s*(?:set\()?\s*([A-Za-z_]\w*)\s*\(", tests[0])
         ep = m.group(1) if m else None
-    problem = text + (f"\nYour code should pass these tests:\n" + "\n".join(tests) if tests else "")
+    problem = text + ("\nYour code should pass these tests:\n" + "\n".join(tests) if tests else "")
     return {"id": _get(row, "task_id", "id", default=i), "problem": problem, "test_list": list(tests),
             "test_imports": list(row.get("test_imports") or []), "test_setup_code": row.get("test_setup_code", ""),
             "test": row.get("test") or "", "entry_point": ep, "format": "mbpp"}

@@ -43,9 +43,5 @@ class ClipCov(CovarianceMethod):
 
     def per_token_loss(self, log_probs, old_log_probs, advantages, mask, *, step=0, generator=None, selected=None):
         loss, clipped = ppo_clip_token_loss(log_probs, old_log_probs, advantages, self.eps_low, self.eps_high)
-        if selected is not None:
-            chosen = selected & mask.bool()
-        else:  # reuse the clip mask of this loss for the candidate filter
-            with torch.no_grad():
-                chosen = self.choose(log_probs.detach(), old_log_probs, advantages.detach(), mask, generator, clipped)
+        chosen = self.selection(log_probs, old_log_probs, advantages, mask, generator, selected, clipped=clipped)
         return TokenLoss(loss * (~chosen).to(loss.dtype), clipped=clipped & mask.bool(), selected=chosen)

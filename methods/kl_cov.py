@@ -32,7 +32,7 @@ class KLCov(CovarianceMethod):
             return self.beta * max(0.0, 1.0 - step / self.anneal_steps)
         return self.beta
 
-    def choose(self, log_probs, old_log_probs, advantages, mask, generator):
+    def choose(self, log_probs, old_log_probs, advantages, mask, generator, **reuse):
         cov, n, active = self.covariance(log_probs, advantages, mask)
         k = max(1, int(n * self.k_ratio)) if n > 0 else 0
         ranked = cov.masked_fill(~mask.bool(), -torch.inf).flatten()  # padding can never win; no compaction copy
