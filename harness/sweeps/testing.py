@@ -31,6 +31,16 @@ ENV_KEYS = ("SLURM_JOB_ID", "SLURM_ARRAY_JOB_ID", "SLURM_ARRAY_TASK_ID", "SLURM_
             "HARNESS_SWEEP_SETUP")
 
 
+def tiny_pocket_base(steps: int = 2, checkpoint_every: int = 1) -> dict:
+    """A real pocket run config small enough for sweep tests: a few seconds on the smallest model, no warm start."""
+    return {"backend": "pocket", "method": {"name": "grpo"},
+            "model": {"name": "pocket-0.3m", "warm_start": {"enabled": "false"}},
+            "task": {"name": "arith", "test_size": 4},
+            "train": {"steps": steps, "prompts_per_step": 2, "samples_per_prompt": 2, "updates_per_rollout": 1,
+                      "max_new_tokens": 4, "checkpoint_every": checkpoint_every},
+            "eval": {"every": 0, "n_samples": 1, "max_problems": 2}, "logging": {"progress": False}}
+
+
 def validate(raw: dict) -> dict:
     for k in raw:
         if k not in KEYS:

@@ -115,12 +115,7 @@ def test_a_requeued_pocket_run_resumes_from_its_checkpoint(slurm_cluster, tmp_pa
     """A real pocket cell gets submitit's time-out signal mid-run: requeued, resumed from checkpoints/latest.pt."""
     spec = load_spec({
         "name": "pocket-requeue",
-        "base": {"backend": "pocket", "method": {"name": "kl_cov", "k_ratio": 0.2},
-                 "model": {"name": "pocket-0.3m", "warm_start": {"enabled": "false"}},
-                 "task": {"name": "arith", "test_size": 4},
-                 "train": {"steps": 300, "prompts_per_step": 2, "samples_per_prompt": 2, "updates_per_rollout": 1,
-                           "max_new_tokens": 4, "checkpoint_every": 2},
-                 "eval": {"every": 0, "n_samples": 1, "max_problems": 2}, "logging": {"progress": False}},
+        "base": {**testing.tiny_pocket_base(steps=300, checkpoint_every=2), "method": {"name": "kl_cov", "k_ratio": 0.2}},
         "seeds": [0],
         "resources": {"default": {"partition": "debug", "timeout_min": 10}},
     })
@@ -146,12 +141,7 @@ def test_a_requeued_pocket_run_resumes_from_its_checkpoint(slurm_cluster, tmp_pa
 def test_pocket_sweep_on_slurm_refused_group_and_second_submission(slurm_cluster, tmp_path, capsys):
     spec = {
         "name": "pocket-slurm",
-        "base": {"backend": "pocket", "method": {"name": "grpo"},
-                 "model": {"name": "pocket-0.3m", "warm_start": {"enabled": "false"}},
-                 "task": {"name": "arith", "test_size": 4},
-                 "train": {"steps": 3, "prompts_per_step": 2, "samples_per_prompt": 2, "updates_per_rollout": 1,
-                           "max_new_tokens": 4, "checkpoint_every": 1},
-                 "eval": {"every": 0, "n_samples": 1, "max_problems": 2}, "logging": {"progress": False}},
+        "base": testing.tiny_pocket_base(steps=3),
         "grid": {"method": [{"name": "grpo"}, {"name": "kl_cov", "k_ratio": 0.2}, {"name": "clip_cov"}]},
         "seeds": [0],
         "resources": {"default": {"partition": "debug", "timeout_min": 10},

@@ -12,12 +12,7 @@ from harness.sweeps.submit import submit_cells
 
 TINY = {
     "name": "tiny",
-    "base": {"backend": "pocket", "method": {"name": "grpo"},
-             "model": {"name": "pocket-0.3m", "warm_start": {"enabled": "false"}},
-             "task": {"name": "arith", "test_size": 4},
-             "train": {"steps": 2, "prompts_per_step": 2, "samples_per_prompt": 2, "updates_per_rollout": 1,
-                       "max_new_tokens": 4, "checkpoint_every": 1},
-             "eval": {"every": 0, "n_samples": 1, "max_problems": 2}, "logging": {"progress": False}},
+    "base": testing.tiny_pocket_base(steps=2),
     "grid": {"method": [{"name": "kl_cov", "k_ratio": 0.2}]},
     "seeds": [0],
 }
