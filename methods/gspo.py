@@ -1,0 +1,54 @@
+"""GSPO (Zheng et al. 2025, arXiv 2507.18071): one importance ratio per sequence, clipped per sequence.
+
+s_i = exp(mean_t (log pi - log pi_old)) over response i's valid tokens (the geometric-mean ratio); per token
+loss max(-A s, -A clip(s, 1 - eps_low, 1 + eps_high)), aggregated seq-mean-token-mean, so a response with a
+sequence-level A contributes exactly the paper's per-sequence term. Defaults: eps 3e-4 / 4e-4 (GSPO paper
+v2 section 5.1, as in verl ``examples/gspo_trainer/test_gspo_3b_math.sh`` and TRL ``paper_index.md``), no KL.
+
+``level="sequence"`` (default) lets the gradient flow through s_i (TRL ``importance_sampling_level="sequence"``,
+OpenRLHF ``--actor.policy_loss_type gspo``, ``openrlhf/models/loss.py::PolicyLoss``). ``level="token"`` is
+GSPO-token (verl ``core_algos.py::compute_policy_loss_gspo``): s_it = sg[s_i] * pi/sg[pi], same value, gradient
+s_i * grad log pi(y_t) per token, and log s_it clamped at <= 10 as verl does. The two agree (value and
+gradient) when A is constant over each response and agg is seq-mean-token-mean; they differ for token-level
+advantages (PRIME, entropy_advantage). GSPO is a no-op on a strictly on-policy update (s = 1).
+Differs from official: verl and OpenRLHF force seq-mean-token-mean; here ``agg`` may be changed.
+"""
+
+import torch
+
+from harness import ops
+from harness.method import Method, TokenLoss, hparam, register_method
+
+LEVELS = ("sequence", "token")
+VERL_LOG_RATIO_MAX = 10.0  # verl clamps log s_it at <= 10 "for numerical stability"
+
+
+def sequence_log_ratio(log_probs, old_log_probs, mask) -> torch.Tensor:
+    """(B,1) mean log-ratio per response over its valid tokens (0 for an empty row)."""
+    m = mask.to(log_probs.dtype)
+    return ((log_probs - old_log_probs) * m).sum(-1, keepdim=True) / m.sum(-1, keepdim=True).clamp_min(1.0)
+
+
+@register_method("gspo")
+class GSPO(Method):
+    """GRPO advantages; sequence-level (geometric-mean) ratio clipped per sequence, eps 3e-4/4e-4."""
+
+    eps_low: float = hparam(3e-4, "sequence ratio >= 1 - eps_low (GSPO paper: 3e-4)", low=0.0)
+    eps_high: float = hparam(4e-4, "sequence ratio <= 1 + eps_high (GSPO paper: 4e-4)", low=0.0)
+    agg: str = hparam("seq-mean-token-mean", "loss aggregation (verl/OpenRLHF force seq-mean-token-mean)",
+                      choices=ops.AGG_MODES)
+    level: str = hparam("sequence", "sequence: gradient through s_i (TRL, OpenRLHF); token: GSPO-token (verl)",
+                        choices=LEVELS)
+
+    def per_token_loss(self, log_probs, old_log_probs, advantages, mask, **_):
+        seq = sequence_log_ratio(log_probs, old_log_probs, mask)
+        if self.level == "sequence":
+            log_s = seq.expand_as(log_probs)
+        else:
+            log_s = (log_probs - log_probs.detach() + seq.detach()).clamp(max=VERL_LOG_RATIO_MAX)
+        s = torch.exp(log_s)
+        l1 = -advantages * s
+        l2 = -advantages * torch.clamp(s, 1.0 - self.eps_low, 1.0 + self.eps_high)
+        loss = torch.maximum(l1, l2)
+        return TokenLoss(loss, clipped=(l2 > l1) & mask.bool(),
+                         metrics={"gspo/seq_ratio_mean": float(seq.detach().exp().mean()) if seq.numel() else 0.0})
