@@ -1,14 +1,39 @@
 """KV-cache sampling and token log-probs for any HF causal LM (pocket or local checkpoint).
 
 Own loop instead of ``model.generate`` so sampling draws from an explicit ``torch.Generator`` (bit-for-bit
-reproducible and resumable) and left padding gets correct position ids.
+reproducible and resumable) and left padding gets correct position ids. Models that ``fast.supports``
+(the pocket sizes) run through ``fast.FastQwen2`` (same parameters, far fewer ops); everything else, and
+``reference=True``, runs the transformers forward, which the tests hold the fast path to.
 """
 
 from __future__ import annotations
 
+import weakref
 from dataclasses import dataclass
 
 import torch
+
+from . import fast as _fast
+
+_FAST: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+
+
+_REFERENCE = {"on": False}
+
+
+def use_reference_path(on: bool = True) -> None:
+    """Process-wide: run the transformers forward everywhere (benchmarks' before/after; tests use reference=)."""
+    _REFERENCE["on"] = bool(on)
+
+
+def fast_path(model, reference: bool = False):
+    """The model's ``FastQwen2`` (built once per model), or None where the HF forward must run."""
+    if reference or _REFERENCE["on"]:
+        return None
+    f = _FAST.get(model)
+    if f is None and _fast.supports(model):
+        f = _FAST[model] = _fast.FastQwen2(model)
+    return f
 
 
 @dataclass
@@ -20,13 +45,19 @@ class Batch:
     prompt_len: int               # P
     responses: torch.Tensor       # (B, T)
     mask: torch.Tensor            # (B, T) float, 1 on response tokens (EOS included)
+    # from the sampling pass (fast path only): log-probs at the sampling temperature and T=1 entropy, 0 on padding
+    logp: torch.Tensor | None = None
+    entropy: torch.Tensor | None = None
 
     def index(self, rows) -> "Batch":
-        return Batch(self.input_ids[rows], self.attention_mask[rows], self.prompt_len, self.responses[rows], self.mask[rows])
+        pick = (lambda t: None if t is None else t[rows])
+        return Batch(self.input_ids[rows], self.attention_mask[rows], self.prompt_len, self.responses[rows],
+                     self.mask[rows], pick(self.logp), pick(self.entropy))
 
     def to(self, device) -> "Batch":
+        move = (lambda t: None if t is None else t.to(device))
         return Batch(self.input_ids.to(device), self.attention_mask.to(device), self.prompt_len,
-                     self.responses.to(device), self.mask.to(device))
+                     self.responses.to(device), self.mask.to(device), move(self.logp), move(self.entropy))
 
 
 def left_pad(prompts: list[list[int]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -56,14 +87,39 @@ def _sample(logits: torch.Tensor, temperature: float, top_p: float, generator, g
     return torch.multinomial(probs, 1, generator=generator).squeeze(-1)
 
 
+def _distinct_rows(prompts: list[list[int]]) -> tuple[list[int], list[int]]:
+    """(first row of each distinct prompt, distinct index of every row): n samples share one prefill."""
+    seen: dict = {}
+    first, inverse = [], []
+    for i, p in enumerate(prompts):
+        k = seen.setdefault(tuple(p), len(seen))
+        if k == len(first):
+            first.append(i)
+        inverse.append(k)
+    return first, inverse
+
+
+def _record(logits: torch.Tensor, nxt: torch.Tensor, temperature: float):
+    """(log-prob of ``nxt`` at ``temperature``, T=1 entropy) from one decoding step's raw logits."""
+    ls1 = torch.log_softmax(logits.float(), dim=-1)
+    ent = -(ls1.exp() * ls1).sum(-1)
+    ls = ls1 if temperature == 1.0 else torch.log_softmax(logits.float() / temperature, dim=-1)
+    return ls.gather(-1, nxt[:, None]).squeeze(-1), ent
+
+
 @torch.no_grad()
 def generate(model, prompts: list[list[int]], *, max_new_tokens: int, eos_id: int, pad_id: int,
              temperature: float = 1.0, top_p: float = 1.0, greedy: bool = False, generator=None,
-             chunk_size: int | None = None) -> Batch:
-    """Sample one response per prompt (repeat prompts for n samples); stops at EOS or ``max_new_tokens``."""
+             chunk_size: int | None = None, with_logprobs: bool = False, reference: bool = False) -> Batch:
+    """Sample one response per prompt (repeat prompts for n samples); stops at EOS or ``max_new_tokens``.
+
+    ``with_logprobs`` (fast path only): the Batch also carries each sampled token's log-prob at
+    ``temperature`` and the T=1 entropy, from the sampling pass itself (eval mode, the same weights).
+    """
     if chunk_size and len(prompts) > chunk_size:
         parts = [generate(model, prompts[i:i + chunk_size], max_new_tokens=max_new_tokens, eos_id=eos_id, pad_id=pad_id,
-                          temperature=temperature, top_p=top_p, greedy=greedy, generator=generator)
+                          temperature=temperature, top_p=top_p, greedy=greedy, generator=generator,
+                          with_logprobs=with_logprobs, reference=reference)
                  for i in range(0, len(prompts), chunk_size)]
         return concat_batches(parts, pad_id)
     was_training = model.training
@@ -72,40 +128,62 @@ def generate(model, prompts: list[list[int]], *, max_new_tokens: int, eos_id: in
     ids, att = left_pad(prompts, pad_id)
     ids, att = ids.to(device), att.to(device)
     B, P = ids.shape
-    prompt_att = att
-    out = model(input_ids=ids, attention_mask=att, position_ids=_positions(att), use_cache=True)
-    cache = out.past_key_values
-    logits = out.logits[:, -1, :]
-    pos = _positions(att)[:, -1]
+    f = fast_path(model, reference)
+    record = with_logprobs and f is not None
+    if f is not None:
+        first, inverse = _distinct_rows(prompts)
+        if len(first) < B:  # prefill each distinct prompt once, then share its keys/values
+            rows = torch.tensor(first, device=device)
+            state, logits = f.start(ids[rows], att[rows], max_new_tokens, expand=torch.tensor(inverse, device=device))
+        else:
+            state, logits = f.start(ids, att, max_new_tokens)
+
+        def advance(nxt):
+            return f.step(state, nxt)
+    else:
+        out = model(input_ids=ids, attention_mask=att, position_ids=_positions(att), use_cache=True)
+        hf = {"cache": out.past_key_values, "att": att, "pos": _positions(att)[:, -1]}
+        logits = out.logits[:, -1, :]
+
+        def advance(nxt):
+            hf["att"] = torch.cat([hf["att"], torch.ones((B, 1), dtype=att.dtype, device=device)], dim=1)
+            hf["pos"] = hf["pos"] + 1
+            o = model(input_ids=nxt[:, None], attention_mask=hf["att"], position_ids=hf["pos"][:, None],
+                      past_key_values=hf["cache"], use_cache=True)
+            hf["cache"] = o.past_key_values
+            return o.logits[:, -1, :]
     done = torch.zeros(B, dtype=torch.bool, device=device)
-    tokens, mask = [], []
+    tokens, mask, lps, ents = [], [], [], []
     for t in range(max_new_tokens):
         nxt = _sample(logits, temperature, top_p, generator, greedy).to(device)
         nxt = torch.where(done, torch.full_like(nxt, pad_id), nxt)
+        if record:
+            lp, ent = _record(logits, nxt, temperature)
+            lps.append(lp)
+            ents.append(ent)
         tokens.append(nxt)
         mask.append(~done)
         done = done | (nxt == eos_id)
         if bool(done.all()) or t == max_new_tokens - 1:
             break
-        att = torch.cat([att, torch.ones((B, 1), dtype=att.dtype, device=device)], dim=1)
-        pos = pos + 1
-        out = model(input_ids=nxt[:, None], attention_mask=att, position_ids=pos[:, None], past_key_values=cache, use_cache=True)
-        cache = out.past_key_values
-        logits = out.logits[:, -1, :]
+        logits = advance(nxt)
     if was_training:
         model.train()
     responses = torch.stack(tokens, dim=1)
     rmask = torch.stack(mask, dim=1).float()
     full_ids = torch.cat([ids, responses], dim=1)
-    full_att = torch.cat([prompt_att, rmask.long()], dim=1)
-    return Batch(full_ids, full_att, P, responses, rmask)
+    full_att = torch.cat([att, rmask.long()], dim=1)
+    logp = torch.stack(lps, dim=1) * rmask if record else None
+    entropy = torch.stack(ents, dim=1) * rmask if record else None
+    return Batch(full_ids, full_att, P, responses, rmask, logp, entropy)
 
 
 def concat_batches(parts: list[Batch], pad_id: int) -> Batch:
     """Concatenate batches with different prompt/response widths (re-padding both sides)."""
     P = max(b.prompt_len for b in parts)
     T = max(b.responses.shape[1] for b in parts)
-    ids, att, res, msk = [], [], [], []
+    ids, att, res, msk, lps, ents = [], [], [], [], [], []
+    carry = all(b.logp is not None for b in parts)
     for b in parts:
         dp, dt = P - b.prompt_len, T - b.responses.shape[1]
         n = b.input_ids.shape[0]
@@ -118,7 +196,11 @@ def concat_batches(parts: list[Batch], pad_id: int) -> Batch:
         att.append(torch.cat([pa, m.long()], 1))
         res.append(r)
         msk.append(m)
-    return Batch(torch.cat(ids), torch.cat(att), P, torch.cat(res), torch.cat(msk))
+        if carry:
+            lps.append(torch.cat([b.logp, b.logp.new_zeros((n, dt))], 1))
+            ents.append(torch.cat([b.entropy, b.entropy.new_zeros((n, dt))], 1))
+    return Batch(torch.cat(ids), torch.cat(att), P, torch.cat(res), torch.cat(msk),
+                 torch.cat(lps) if carry else None, torch.cat(ents) if carry else None)
 
 
 def build_batch(prompts: list[list[int]], responses: list[list[int]], pad_id: int) -> Batch:
@@ -133,10 +215,31 @@ def build_batch(prompts: list[list[int]], responses: list[list[int]], pad_id: in
     return Batch(torch.cat([ids, res], 1), torch.cat([att, msk.long()], 1), ids.shape[1], res, msk)
 
 
-def response_logits(model, batch: Batch) -> torch.Tensor:
+def _trim(batch: Batch) -> tuple[Batch, int]:
+    """Drop leading columns that are padding in every row and trailing response columns with no token.
+
+    Valid positions keep their inputs and positions (ids from the attention mask), so their outputs are the
+    same function; returns (trimmed batch, original response width).
+    """
+    T = batch.responses.shape[1]
+    used = batch.mask.any(0).nonzero()
+    t_used = int(used[-1]) + 1 if len(used) else 1
+    real = batch.attention_mask[:, :batch.prompt_len].any(0).nonzero()
+    a = int(real[0]) if len(real) else 0
+    if a == 0 and t_used == T:
+        return batch, T
+    end = batch.prompt_len + t_used
+    return Batch(batch.input_ids[:, a:end], batch.attention_mask[:, a:end], batch.prompt_len - a,
+                 batch.responses[:, :t_used], batch.mask[:, :t_used]), T
+
+
+def response_logits(model, batch: Batch, reference: bool = False) -> torch.Tensor:
     """(B, T, V) logits predicting each response token (positions P-1 .. P+T-2)."""
     T = batch.responses.shape[1]
     att = batch.attention_mask
+    f = fast_path(model, reference)
+    if f is not None:
+        return f.logits(batch.input_ids, att, keep=T + 1)[:, :T]
     out = model(input_ids=batch.input_ids, attention_mask=att, position_ids=_positions(att), use_cache=False,
                 logits_to_keep=T + 1)
     return out.logits[:, :T, :]
@@ -154,12 +257,30 @@ def entropy_from_logits(logits: torch.Tensor) -> torch.Tensor:
     return torch.logsumexp(logits, dim=-1) - (p * logits).sum(-1)
 
 
-def token_logprobs(model, batch: Batch, temperature: float = 1.0, with_entropy: bool = False):
-    """(log-probs (B,T), entropy (B,T) or None) of the batch's response tokens at ``temperature``; 0 on padding."""
-    logits = response_logits(model, batch).float()
+def token_logprobs(model, batch: Batch, temperature: float = 1.0, with_entropy: bool = False,
+                   reference: bool = False):
+    """(log-probs (B,T), entropy (B,T) or None) of the batch's response tokens at ``temperature``; 0 on padding.
+
+    The fast path trims all-padding columns first and takes log-probs and entropy from one log-softmax
+    (entropy = -sum p log p); ``reference=True`` is the transformers forward + ``harness.ops`` entropy.
+    """
+    if fast_path(model, reference) is None:
+        logits = response_logits(model, batch, reference=True).float()
+        if temperature != 1.0:
+            logits = logits / temperature
+        logp = torch.log_softmax(logits, dim=-1).gather(-1, batch.responses[..., None]).squeeze(-1)
+        logp = logp * batch.mask
+        ent = entropy_from_logits(logits) * batch.mask if with_entropy else None
+        return logp, ent
+    small, T = _trim(batch)
+    logits = response_logits(model, small).float()
     if temperature != 1.0:
         logits = logits / temperature
-    logp = torch.log_softmax(logits, dim=-1).gather(-1, batch.responses[..., None]).squeeze(-1)
-    logp = logp * batch.mask
-    ent = entropy_from_logits(logits) * batch.mask if with_entropy else None
+    ls = torch.log_softmax(logits, dim=-1)
+    logp = ls.gather(-1, small.responses[..., None]).squeeze(-1) * small.mask
+    ent = -(ls.exp() * ls).sum(-1) * small.mask if with_entropy else None
+    if small.mask.shape[1] < T:
+        pad = T - small.mask.shape[1]
+        logp = torch.nn.functional.pad(logp, (0, pad))
+        ent = torch.nn.functional.pad(ent, (0, pad)) if ent is not None else None
     return logp, ent

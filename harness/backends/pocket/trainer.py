@@ -127,8 +127,10 @@ class PocketTrainer:
             self.model, self.tok = model, TokenizerAdapter(hf_tok)
         self.model.to(self.device)
         self.model.config.use_cache = True
+        # fused AdamW: one kernel per tensor instead of ~10 (same update up to float rounding; 2.6x faster here)
+        fused = self.device.type in ("cpu", "cuda")
         self.opt = torch.optim.AdamW(self.model.parameters(), lr=cfg.train.lr, betas=(0.9, 0.999),
-                                     weight_decay=cfg.train.weight_decay)
+                                     weight_decay=cfg.train.weight_decay, fused=fused)
         self.prime = self.method.advantage == "prime"
         if self.prime:
             if cfg.train.samples_per_prompt < 2:
@@ -138,7 +140,8 @@ class PocketTrainer:
             self.ref = copy.deepcopy(self.model).eval()
             for p in self.ref.parameters():
                 p.requires_grad_(False)
-            self.prm_opt = torch.optim.AdamW(self.prm.parameters(), lr=getattr(self.method, "prm_lr", 1e-6), weight_decay=0.0)
+            self.prm_opt = torch.optim.AdamW(self.prm.parameters(), lr=getattr(self.method, "prm_lr", 1e-6),
+                                             weight_decay=0.0, fused=fused)
         self.sinks = _make_sinks(cfg, self.run_dir)
 
     # ------------------------------------------------------------------------------------ checkpoints
@@ -174,11 +177,12 @@ class PocketTrainer:
         self.log(f"resumed from {path} at step {self.start_step}")
 
     # ------------------------------------------------------------------------------------ rollout
-    def _generate(self, problems, n, temperature, generator, greedy=False, top_p=1.0, max_new_tokens=None):
+    def _generate(self, problems, n, temperature, generator, greedy=False, top_p=1.0, max_new_tokens=None,
+                  with_logprobs=False):
         prompts = [self.tok.encode_prompt(p["prompt"]) for p in problems for _ in range(n)]
         return generate(self.model, prompts, max_new_tokens=max_new_tokens or self.cfg.train.max_new_tokens,
                         eos_id=self.tok.eos_id, pad_id=self.tok.pad_id, temperature=temperature, top_p=top_p,
-                        greedy=greedy, generator=generator, chunk_size=512)
+                        greedy=greedy, generator=generator, chunk_size=512, with_logprobs=with_logprobs)
 
     def _score(self, batch: Batch, problems, n) -> torch.Tensor:
         texts = [self.tok.decode(r[m.bool()].tolist()) for r, m in zip(batch.responses.cpu(), batch.mask.cpu())]
@@ -194,7 +198,7 @@ class PocketTrainer:
             idx = torch.randint(len(self.task.train), (want,), generator=gp).tolist()
             problems = [self.task.train[i] for i in idx]
             t0 = time.time()
-            batch = self._generate(problems, n, cfg.temperature, gs)
+            batch = self._generate(problems, n, cfg.temperature, gs, with_logprobs=True)
             t1 = time.time()
             scores = self._score(batch, problems, n)
             self.timing["rollout_s"] += t1 - t0
@@ -267,11 +271,15 @@ class PocketTrainer:
             return metrics
         mask = batch.mask
         self.model.eval()
-        # official entropy metric: eval mode, T=1, token-mean per response, then mean over responses
-        with torch.no_grad():
-            old_lp, ent = self._logprobs_chunked(self.model, batch, 1.0, True)
-            if cfg.temperature != 1.0:
-                old_lp, _ = self._logprobs_chunked(self.model, batch, cfg.temperature, False)
+        # official entropy metric: eval mode, T=1, token-mean per response, then mean over responses.
+        # The fast path took both from the sampling pass itself (same weights, eval mode): no second forward.
+        if batch.logp is not None:
+            old_lp, ent = batch.logp, batch.entropy
+        else:
+            with torch.no_grad():
+                old_lp, ent = self._logprobs_chunked(self.model, batch, 1.0, True)
+                if cfg.temperature != 1.0:
+                    old_lp, _ = self._logprobs_chunked(self.model, batch, cfg.temperature, False)
         per_resp = ops.masked_mean(ent, mask, dim=-1)
         metrics["entropy"] = float(per_resp.mean())
         if self.prev_entropy is not None:

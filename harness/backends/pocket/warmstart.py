@@ -31,9 +31,10 @@ def cache_root(cfg: RunConfig) -> Path:
 
 def cache_key(cfg: RunConfig, vocab_size: int) -> str:
     ws = cfg.model.warm_start
+    # v2: the fast forward path (harness/backends/pocket/fast.py) rounds differently from v1's HF forward
     ident = {"size": cfg.model.name, "task": cfg.task.name, "options": cfg.task.options, "test_size": cfg.task.test_size,
              "seed": cfg.seed, "warm_start": {k: getattr(ws, k) for k in ("target_acc", "max_steps", "batch_size", "lr", "check_every", "min_steps")},
-             "vocab": vocab_size, "max_new_tokens": cfg.train.max_new_tokens, "v": 1}
+             "vocab": vocab_size, "max_new_tokens": cfg.train.max_new_tokens, "v": 2}
     return f"{cfg.model.name}-{Path(cfg.task.name).stem}-s{cfg.seed}-{config_hash(ident)}"
 
 
