@@ -6,7 +6,7 @@ PIP     := $(BIN)/python -m pip
 STAMP   := $(VENV)/.installed
 EXTRAS  ?= test,eval,log
 
-.PHONY: setup setup-slow quickstart report test test-slow test-slurm test-openrlhf setup-openrlhf bench clean
+.PHONY: setup setup-slow quickstart report test test-slow test-slurm test-openrlhf setup-openrlhf bench bench-pocket setup-trl clean
 
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -45,5 +45,11 @@ bench: setup
 	$(BIN)/python benchmarks/bench_methods.py
 	$(BIN)/python benchmarks/bench_evals.py
 
+setup-trl:  # TRL 1.16.0 in .venv-trl, the baseline of bench-pocket
+	scripts/setup_trl.sh
+
+bench-pocket: setup setup-trl  # pocket RL step vs TRL GRPOTrainer (equal work) vs the FLOP bound; a few minutes
+	$(BIN)/python benchmarks/bench_pocket.py
+
 clean:
-	rm -rf $(VENV) .venv-openrlhf runs .pytest_cache
+	rm -rf $(VENV) .venv-openrlhf .venv-trl runs .pytest_cache
