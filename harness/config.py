@@ -1,10 +1,12 @@
 """Run-config schema and validation (docs/contracts.md §5).
 
 A run config is pure-data YAML with the sections ``backend, seed, name, method, model, task, train, eval,
-logging`` (+ ``openrlhf``, a mapping passed through untouched for that backend). ``load_config`` applies
-``key.path=value`` overrides, checks every key and value before any work, and returns a typed ``RunConfig``.
+logging`` (+ ``openrlhf``, that backend's section). ``load_config`` applies ``key.path=value`` overrides, checks
+every key and value before any work, and returns a typed ``RunConfig``. The core sections live here; the
+chosen backend validates and types what it owns (``harness.backends.<name>.options``: pocket owns
+``model.warm_start`` and the pocket sizes/tasks, openrlhf its ``openrlhf:`` section) at the same moment.
 Errors name the key path, the bad value and what is allowed; unknown keys, tasks and model sizes get a
-did-you-mean.
+did-you-mean (``harness.errors``).
 
     cfg = load_config("sweeps/one_run.yaml", overrides=["train.steps=5", "method.name=kl_cov"])
     cfg.train.steps, cfg.to_dict(), cfg.run_id()
@@ -14,58 +16,29 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-import difflib
+import functools
 import hashlib
 import json
-import math
 import os
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
 import yaml
 
-KNOWN_BACKENDS = ("pocket", "openrlhf")
+from harness.errors import ConfigError, suggestion  # noqa: F401  (ConfigError re-exported for callers)
+from harness.schema import build as _build
+from harness.schema import opt as _opt
 
-
-class ConfigError(ValueError):
-    """An invalid run config. The message names the key path and what is allowed."""
-
-
-def _close(name: str, known) -> str:
-    close = difflib.get_close_matches(str(name), sorted(known), n=3, cutoff=0.5)
-    return f" Did you mean {' or '.join(repr(c) for c in close)}?" if close else ""
-
-
-def _opt(default=None, *, kind=None, choices=None, min=None, max=None, help=""):
-    """A schema field: ``kind`` in {int, float, bool, str, 'str?', 'int?', dict}; numbers range-checked."""
-    meta = {"kind": kind, "choices": choices, "min": min, "max": max, "help": help}
-    if isinstance(default, (dict, list)):
-        return field(default_factory=lambda d=default: copy.deepcopy(d), metadata=meta)
-    return field(default=default, metadata=meta)
+KNOWN_BACKENDS = ("pocket", "openrlhf")  # built in; harness.backends.BACKENDS is the authority
 
 
 # ---------------------------------------------------------------------------------------------- sections
 @dataclass
-class WarmStartConfig:
-    """Supervised warm start of a pocket model: the stand-in for a pretrained base model (pocket backend)."""
-
-    enabled: str = _opt("auto", kind=str, choices=("auto", "true", "false"),
-                        help="auto = on for pocket sizes, off for HF checkpoints")
-    target_acc: float = _opt(0.3, kind=float, min=0.0, max=1.0,
-                             help="stop once sampled (T=1) accuracy on held-out train problems reaches this")
-    max_steps: int = _opt(3000, kind=int, min=0)
-    batch_size: int = _opt(64, kind=int, min=1)
-    lr: float = _opt(3e-3, kind=float, min=0.0)
-    check_every: int = _opt(10, kind=int, min=1)
-    min_steps: int = _opt(50, kind=int, min=0)
-
-
-@dataclass
 class ModelConfig:
     name: str = _opt("pocket-0.3m", kind=str, help="pocket size (pocket-0.3m, pocket-1m, pocket-4m), HF id or local HF dir")
-    warm_start: WarmStartConfig = field(default_factory=WarmStartConfig)
+    warm_start: Any = _opt({}, kind=dict, help="pocket warm start (harness.backends.pocket.options.WarmStartOptions)")
     dtype: str = _opt("float32", kind=str, choices=("float32", "bfloat16", "float16"))
-    cache_dir: str | None = _opt(None, kind="str?", help="warm-start cache (default: $HARNESS_CACHE or ~/.cache/entropy-harness)")
+    cache_dir: str | None = _opt(None, kind="str?", measures=False, help="warm-start cache (default: $HARNESS_CACHE or ~/.cache/entropy-harness)")
 
 
 @dataclass
@@ -89,9 +62,9 @@ class TrainConfig:
     max_new_tokens: int = _opt(8, kind=int, min=1)
     dynamic_filtering: bool = _opt(False, kind=bool, help="DAPO: drop groups whose rewards are all equal")
     max_gen_batches: int = _opt(3, kind=int, min=1, help="rollout batches tried to fill a filtered step")
-    checkpoint_every: int = _opt(10, kind=int, min=0, help="steps between checkpoints; 0 = only at the end")
-    threads: int = _opt(1, kind=int, min=1, help="torch CPU threads (fixed for reproducibility)")
-    device: str = _opt("cpu", kind=str, help="torch device (cpu, cuda, cuda:0, auto)")
+    checkpoint_every: int = _opt(10, kind=int, min=0, measures=False, help="steps between checkpoints; 0 = only at the end")
+    threads: int = _opt(1, kind=int, min=1, measures=False, help="torch CPU threads (fixed for reproducibility)")
+    device: str = _opt("cpu", kind=str, measures=False, help="torch device (cpu, cuda, cuda:0, auto)")
 
 
 @dataclass
@@ -107,11 +80,11 @@ class EvalConfig:
 
 @dataclass
 class LoggingConfig:
-    tensorboard: bool = _opt(False, kind=bool)
-    wandb: bool = _opt(False, kind=bool)
-    wandb_project: str = _opt("entropy-harness", kind=str)
-    wandb_mode: str = _opt("offline", kind=str, choices=("offline", "online", "disabled"))
-    progress: bool = _opt(True, kind=bool, help="tqdm progress bar")
+    tensorboard: bool = _opt(False, kind=bool, measures=False)
+    wandb: bool = _opt(False, kind=bool, measures=False)
+    wandb_project: str = _opt("entropy-harness", kind=str, measures=False)
+    wandb_mode: str = _opt("offline", kind=str, choices=("offline", "online", "disabled"), measures=False)
+    progress: bool = _opt(True, kind=bool, measures=False, help="tqdm progress bar")
 
 
 @dataclass
@@ -125,7 +98,8 @@ class RunConfig:
     train: TrainConfig = field(default_factory=TrainConfig)
     eval: EvalConfig = field(default_factory=EvalConfig)
     logging: LoggingConfig = field(default_factory=LoggingConfig)
-    openrlhf: dict = _opt({}, kind=dict, help="OpenRLHF-backend extras (passed through; pocket ignores it)")
+    openrlhf: dict = _opt({}, kind=dict, help="OpenRLHF-backend section (harness.backends.openrlhf.options; pocket "
+                                             "ignores it)")
 
     # -- helpers ---------------------------------------------------------------------------------
     def to_dict(self) -> dict:
@@ -135,8 +109,8 @@ class RunConfig:
         return yaml.safe_dump(self.to_dict(), sort_keys=False)
 
     def run_id(self) -> str:
-        """12-hex hash of the resolved config: the run's identity."""
-        return config_hash(self.to_dict())
+        """12-hex hash of the resolved config's measuring settings: the run's identity (``run_id_of``)."""
+        return run_id_of(self.to_dict())
 
     @property
     def method_name(self) -> str:
@@ -148,81 +122,75 @@ class RunConfig:
 
 
 def config_hash(d: Mapping) -> str:
+    """12-hex hash of any JSON-able mapping (for a run config use ``run_id_of``)."""
     blob = json.dumps(d, sort_keys=True, default=str, separators=(",", ":"))
     return hashlib.sha256(blob.encode()).hexdigest()[:12]
 
 
-# ---------------------------------------------------------------------------------------------- building
-def _check_value(value: Any, meta: dict, path: str) -> Any:
-    kind = meta.get("kind")
-    optional = isinstance(kind, str) and kind.endswith("?")
-    if optional:
-        if value is None:
-            return None
-        kind = {"str?": str, "int?": int}[kind]
-    if kind is bool:
-        if not isinstance(value, bool):
-            raise ConfigError(f"{path}: expected true or false, got {value!r}")
-    elif kind is int:
-        if isinstance(value, bool) or not isinstance(value, int):
-            if isinstance(value, float) and value.is_integer():
-                value = int(value)
-            else:
-                raise ConfigError(f"{path}: expected an integer, got {value!r}")
-    elif kind is float:
-        if isinstance(value, str):  # YAML 1.1 reads "1e-6" as a string
-            try:
-                value = float(value)
-            except ValueError:
-                raise ConfigError(f"{path}: expected a number, got {value!r}") from None
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise ConfigError(f"{path}: expected a number, got {value!r}")
-        value = float(value)
-        if not math.isfinite(value):
-            raise ConfigError(f"{path}: expected a finite number, got {value!r}")
-    elif kind is str:
-        if isinstance(value, bool) and meta.get("choices") and str(value).lower() in meta["choices"]:
-            value = str(value).lower()  # `enabled: true` in YAML
-        if not isinstance(value, str):
-            raise ConfigError(f"{path}: expected a string, got {value!r}")
-    elif kind is dict:
-        if not isinstance(value, dict):
-            raise ConfigError(f"{path}: expected a mapping, got {value!r}")
-        value = copy.deepcopy(value)
-    choices = meta.get("choices")
-    if choices and value not in choices:
-        raise ConfigError(f"{path}: {value!r} is not allowed.{_close(value, choices)} Allowed: {', '.join(map(str, choices))}")
-    lo, hi = meta.get("min"), meta.get("max")
-    if lo is not None and value < lo:
-        raise ConfigError(f"{path}: {value!r} is below the minimum {lo}")
-    if hi is not None and value > hi:
-        raise ConfigError(f"{path}: {value!r} is above the maximum {hi}")
-    return value
+# ---------------------------------------------------------------------------------------------- identity
+def _non_measuring(cls, prefix: str = "") -> dict[str, Any]:
+    """Dotted path -> default of every field declared ``measures=False`` under dataclass ``cls``."""
+    out = {}
+    for f in dataclasses.fields(cls):
+        path = prefix + f.name
+        default = f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default
+        if dataclasses.is_dataclass(default):
+            out.update(_non_measuring(type(default), path + "."))
+        elif not f.metadata.get("measures", True):
+            out[path] = default
+    return out
 
 
-def _build(cls, data: Any, path: str):
-    if data is None:
-        data = {}
-    if not isinstance(data, Mapping):
-        raise ConfigError(f"{path or 'config'}: expected a mapping of {', '.join(f.name for f in dataclasses.fields(cls))}, got {data!r}")
-    fields = {f.name: f for f in dataclasses.fields(cls)}
-    unknown = [k for k in data if k not in fields]
-    if unknown:
-        k = unknown[0]
-        where = f"{path}.{k}" if path else str(k)
-        raise ConfigError(f"{where}: unknown key.{_close(k, fields)} Allowed keys{' under ' + path if path else ''}: {', '.join(fields)}")
-    kwargs = {}
-    for name, f in fields.items():
-        if name not in data:
-            continue
-        sub = f"{path}.{name}" if path else name
-        if dataclasses.is_dataclass(f.default_factory() if f.default_factory is not dataclasses.MISSING else None):
-            kwargs[name] = _build(type(f.default_factory()), data[name], sub)
+@functools.lru_cache(maxsize=None)
+def non_measuring_fields() -> dict[str, Any]:
+    """Every config field that does not change what a run measures (core and backend sections) -> its default
+    (read-only: cached)."""
+    from harness.backends import owned_sections
+
+    out = _non_measuring(RunConfig)
+    for path, cls in owned_sections().items():
+        out.update(_non_measuring(cls, path + "."))
+    return out
+
+
+def _flatten(d: Mapping, prefix: str = "") -> dict:
+    out = {}
+    for k, v in d.items():
+        if isinstance(v, Mapping) and v:
+            out.update(_flatten(v, f"{prefix}{k}."))
         else:
-            kwargs[name] = _check_value(data[name], f.metadata, sub)
-    return cls(**kwargs)
+            out[f"{prefix}{k}"] = v
+    return out
 
 
+def measuring_items(cfg: Mapping | RunConfig) -> dict:
+    """Flat ``{dotted.key: value}`` of the settings that change what a run measures (all but logging, paths and
+    resources; see ``opt(measures=...)``). The results code groups and labels runs by these."""
+    d = cfg.to_dict() if isinstance(cfg, RunConfig) else cfg
+    skip = non_measuring_fields()
+    return {k: v for k, v in _flatten(d).items() if k not in skip}
+
+
+def identity_dict(d: Mapping) -> dict:
+    """``d`` with every non-measuring field reset to its default (a field missing stays missing). Resetting
+    instead of dropping keeps the run ids of configs that use the defaults as they were before."""
+    d = copy.deepcopy(dict(d))
+    for path, default in non_measuring_fields().items():
+        *parents, last = path.split(".")
+        node = d
+        for p in parents:
+            node = node.get(p) if isinstance(node, dict) else None
+        if isinstance(node, dict) and last in node:
+            node[last] = copy.deepcopy(default)
+    return d
+
+
+def run_id_of(d: Mapping) -> str:
+    """The run id of a resolved config dict: changing only logging, paths or resources keeps it."""
+    return config_hash(identity_dict(d))
+
+
+# ---------------------------------------------------------------------------------------------- building
 def parse_override(text: str) -> tuple[list[str], Any]:
     """``train.steps=5`` -> (['train', 'steps'], 5); the value is parsed as YAML (``method={name: grpo}`` works)."""
     if "=" not in text:
@@ -259,7 +227,10 @@ def read_config_file(path: str | os.PathLike) -> dict:
 
 
 def load_config(source: str | os.PathLike | Mapping | RunConfig, overrides=None, check_method: bool = True) -> RunConfig:
-    """Validate a run config (dict, YAML path or RunConfig) with ``key=value`` overrides; raise ConfigError."""
+    """Validate a run config (dict, YAML path or RunConfig) with ``key=value`` overrides; raise ConfigError.
+
+    The chosen backend validates (and types) its own sections here, for every backend alike;
+    ``check_method=False`` skips the method registry and the backend (a schema-only check)."""
     if isinstance(source, RunConfig):
         data = source.to_dict()
     elif isinstance(source, Mapping):
@@ -268,12 +239,18 @@ def load_config(source: str | os.PathLike | Mapping | RunConfig, overrides=None,
         data = read_config_file(source)
     data = apply_overrides(data, overrides)
     cfg = _build(RunConfig, data, "")
-    _check_backend(cfg)
+    backend = _backend(cfg)
     _check_logging_and_device(cfg)
     _check_method_section(cfg, check_method)
-    if cfg.backend == "pocket":
-        _check_pocket(cfg)
+    if check_method and hasattr(backend, "validate"):  # every built-in backend has one
+        backend.validate(cfg)
     return cfg
+
+
+def _backend(cfg: RunConfig):
+    from harness.backends import get_backend
+
+    return get_backend(cfg.backend)
 
 
 def _check_logging_and_device(cfg: RunConfig) -> None:
@@ -287,19 +264,8 @@ def _check_logging_and_device(cfg: RunConfig) -> None:
         raise ConfigError("logging.wandb: true needs the wandb package (pip install wandb; wandb_mode: offline needs "
                           "no network or account); set it to false to run without")
     if not re.fullmatch(r"cpu|auto|mps|cuda(:\d+)?", cfg.train.device):
-        raise ConfigError(f"train.device: {cfg.train.device!r} is not allowed. Allowed: cpu, cuda, cuda:<index>, mps, auto")
-
-
-def _check_backend(cfg: RunConfig) -> None:
-    known = set(KNOWN_BACKENDS)
-    try:
-        from harness.backends import BACKENDS
-
-        known |= set(BACKENDS._items)  # registered so far; never forces an import of a heavy backend
-    except Exception:
-        pass
-    if cfg.backend not in known:
-        raise ConfigError(f"backend: {cfg.backend!r} is not allowed.{_close(cfg.backend, known)} Allowed: {', '.join(sorted(known))}")
+        raise ConfigError(f"train.device: {cfg.train.device!r} is not allowed. "
+                          f"Allowed: cpu, cuda, cuda:<index>, mps, auto")
 
 
 def _check_method_section(cfg: RunConfig, check_method: bool) -> None:
@@ -317,22 +283,6 @@ def _check_method_section(cfg: RunConfig, check_method: bool) -> None:
     except (KeyError, ValueError, TypeError) as e:
         msg = e.args[0] if isinstance(e, KeyError) and e.args else str(e)
         raise ConfigError(f"method: {msg}") from None
-
-
-def _check_pocket(cfg: RunConfig) -> None:
-    """Pocket-backend checks that need the task/model registries (did-you-mean for sizes and tasks)."""
-    from harness.backends.pocket import models, tasks
-
-    models.check_model_name(cfg.model.name)
-    if cfg.model.warm_start.enabled == "true" and not models.is_pocket(cfg.model.name):
-        raise ConfigError(f"model.warm_start.enabled: true only applies to pocket sizes; {cfg.model.name!r} is a "
-                          f"pretrained checkpoint (allowed here: auto, false)")
-    tasks.check_task(cfg.task.name, cfg.task.options)
-    t = cfg.train
-    if t.updates_per_rollout > t.prompts_per_step * t.samples_per_prompt:
-        raise ConfigError(
-            f"train.updates_per_rollout: {t.updates_per_rollout} mini-batches need at least that many sequences, "
-            f"but a rollout has prompts_per_step*samples_per_prompt = {t.prompts_per_step * t.samples_per_prompt}")
 
 
 def diff_configs(a: Mapping, b: Mapping, prefix: str = "") -> list[str]:

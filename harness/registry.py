@@ -15,11 +15,12 @@ Built-in entries live in packages that are imported lazily on the first lookup (
 
 from __future__ import annotations
 
-import difflib
 import importlib
 import pkgutil
 import threading
 from typing import Callable, Generic, Iterable, TypeVar
+
+from harness.errors import did_you_mean, suggestion  # noqa: F401  (re-exported)
 
 T = TypeVar("T")
 
@@ -33,18 +34,6 @@ class UnknownNameError(KeyError, ValueError):
 
 class DuplicateNameError(ValueError):
     """A name registered twice with different targets."""
-
-
-def suggestion(name: str, known: Iterable[str]) -> str:
-    """' Did you mean 'x'?' for the closest known names, or '' when none is close."""
-    close = difflib.get_close_matches(name, sorted(known), n=3, cutoff=0.5)
-    return f" Did you mean {' or '.join(repr(c) for c in close)}?" if close else ""
-
-
-def did_you_mean(name: str, known: Iterable[str], what: str) -> str:
-    """Error text naming the unknown ``name``, the closest known names and the full list."""
-    known = sorted(known)
-    return f"unknown {what} {name!r}.{suggestion(name, known)} Known {what}s: {', '.join(known) or '(none)'}"
 
 
 def import_submodules(package: str) -> None:

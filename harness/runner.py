@@ -20,7 +20,7 @@ from pathlib import Path
 
 import yaml
 
-from harness.config import RunConfig, config_hash, diff_configs, load_config
+from harness.config import RunConfig, diff_configs, load_config, run_id_of
 from harness.io import atomic_write_json, atomic_write_text
 
 SCHEMA_VERSION = 1
@@ -76,7 +76,7 @@ def prepare_run_dir(cfg: RunConfig, run_dir: Path, force: bool = False, log=prin
             old = yaml.safe_load(cfg_path.read_text()) or {}
         except yaml.YAMLError:
             old = {"<unreadable config.yaml>": True}
-        old_id = config_hash(old)
+        old_id = run_id_of(old)
         if old_id != new_id:
             if not force:
                 diffs = diff_configs(old, cfg.to_dict())

@@ -191,11 +191,11 @@ def method_label(method: str | None, advantage: str | None) -> str:
     return m
 
 
-# config keys that do not change what a run measures (resources, bookkeeping) or are handled elsewhere
-# (seed = the replicate axis; eval.* = the eval protocol, checked per suite by the leaderboard)
-_IGNORED_KEYS = ("seed", "name", "logging.", "eval.", "train.device", "train.threads", "train.checkpoint_every",
-                 "model.cache_dir", "task.test_size", "openrlhf.nodes", "openrlhf.gpus_per_node",
-                 "openrlhf.vllm_tp", "method.name", "method.advantage")
+# keys that are not a difference between experiments: every field declared ``measures=False`` in the config
+# schema (logging, paths, resources; harness.config.non_measuring_fields) and the grouping axes handled
+# elsewhere (seed = the replicate axis; eval.* = the eval protocol, checked per suite by the leaderboard;
+# method name/advantage = the label)
+_AXES = ("seed", "name", "eval.", "task.test_size", "method.name", "method.advantage")
 
 
 def _flatten(d, prefix="") -> dict:
@@ -210,7 +210,9 @@ def _flatten(d, prefix="") -> dict:
 
 
 def _ignored(key: str) -> bool:
-    return any(key == p or (p.endswith(".") and key.startswith(p)) for p in _IGNORED_KEYS)
+    from harness.config import non_measuring_fields
+
+    return key in non_measuring_fields() or any(key == p or (p.endswith(".") and key.startswith(p)) for p in _AXES)
 
 
 def _disambiguate(runs: pd.DataFrame) -> pd.Series:

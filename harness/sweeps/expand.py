@@ -44,9 +44,9 @@ def run_config_validator(raw: dict) -> dict:
 
 
 def config_id(resolved: Mapping) -> str:
-    from harness.config import config_hash
+    from harness.config import run_id_of
 
-    return config_hash(resolved)
+    return run_id_of(resolved)
 
 
 def expand(spec: SweepSpec, validate: Validator | None = run_config_validator) -> list[Cell]:

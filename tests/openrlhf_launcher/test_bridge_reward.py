@@ -126,7 +126,7 @@ def test_results_collection_reads_an_openrlhf_run_dir(tmp_path):
     from harness.results.collect import collect
 
     cfg = load_config({"backend": "openrlhf", "method": {"name": "kl_cov"}, "model": {"name": "Qwen/Qwen2.5-7B"},
-                       "task": {"name": "data/dapo.jsonl"}, "train": {"steps": 3}})
+                       "task": {"name": "data/dapo.jsonl"}, "train": {"steps": 3, "micro_batch_size": 2}})
     run = tmp_path / "run"
     run.mkdir()
     (run / "config.yaml").write_text(yaml.safe_dump(cfg.to_dict()))

@@ -66,12 +66,15 @@ def test_method_errors_come_from_the_method_registry(tiny):
     assert "method.name: required" in err(tiny, ["method={k_ratio: 0.1}"])
 
 
-def test_openrlhf_section_passes_through(tiny):
+def test_openrlhf_section_is_validated_when_loaded_and_ignored_by_pocket(tiny):
     tiny["openrlhf"] = {"vllm": {"tp": 2}, "anything": [1, 2]}
-    cfg = load_config(tiny)
+    cfg = load_config(tiny)  # pocket ignores another backend's section
     assert cfg.openrlhf == {"vllm": {"tp": 2}, "anything": [1, 2]}
-    hub = load_config(dict(tiny, backend="openrlhf"), ["model.name=Qwen/Qwen2.5-7B"])
-    assert hub.model.name == "Qwen/Qwen2.5-7B"
+    with pytest.raises(ConfigError, match=r"openrlhf.vllm: unknown key. Did you mean 'vllm_tp'"):
+        load_config(dict(tiny, backend="openrlhf"), ["model.name=Qwen/Qwen2.5-7B"])
+    hub = load_config(dict(tiny, backend="openrlhf", openrlhf={"gpus_per_node": 1}),
+                      ["model.name=Qwen/Qwen2.5-7B", "train.micro_batch_size=1"])
+    assert hub.model.name == "Qwen/Qwen2.5-7B" and hub.openrlhf.gpus_per_node == 1  # typed by the backend
 
 
 def test_override_syntax():

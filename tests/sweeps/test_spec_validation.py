@@ -84,7 +84,9 @@ def test_duplicate_cells_are_refused():
 
 
 def test_openrlhf_layout_must_match_resources():
-    base = dict(BASE, backend="openrlhf", openrlhf={"nodes": 4, "gpus_per_node": 8})
+    # a layout OpenRLHF accepts (mini-batch 32 = 1 x 32 GPUs): load_config runs the backend's checks first
+    base = dict(BASE, backend="openrlhf", openrlhf={"nodes": 4, "gpus_per_node": 8},
+                train={"steps": 2, "prompts_per_step": 32, "micro_batch_size": 1})
     msg = error_of(spec(base=base, resources={"default": {"nodes": 2, "gpus_per_node": 8}}))
     assert "openrlhf.nodes is 4" in msg and "nodes=2" in msg
 

@@ -5,6 +5,7 @@ raises an error naming the extra to install when OpenRLHF is missing. See docs/o
 """
 
 from harness.backends import BACKENDS
+from harness.backends.openrlhf import options
 
 
 @BACKENDS.register("openrlhf")
@@ -12,6 +13,15 @@ class OpenRLHFBackend:
     """``train(config, run_dir)`` runs OpenRLHF with the method plugged in; ``launch_command`` prints it."""
 
     name = "openrlhf"
+    sections = {"openrlhf": options.OpenRLHFOptions}
+
+    @staticmethod
+    def validate(config) -> None:
+        """Type the ``openrlhf:`` section and run every launch check now (pure Python), as pocket does."""
+        from harness.backends.openrlhf.flags import build_plan
+
+        options.type_section(config)
+        build_plan(config, "run-dir")
 
     @staticmethod
     def launch_command(config, run_dir) -> str:

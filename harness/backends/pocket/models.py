@@ -6,11 +6,10 @@ HF cache; nothing is downloaded when the machine is offline and the error says s
 
 from __future__ import annotations
 
-import difflib
 from dataclasses import dataclass
 from pathlib import Path
 
-from harness.config import ConfigError
+from harness.errors import ConfigError, suggestion
 
 
 @dataclass(frozen=True)
@@ -46,8 +45,7 @@ def check_model_name(name: str) -> None:
     looks_local = name.startswith((".", "/", "~")) or name.lower().startswith("pocket")
     if "/" in name and not looks_local and name.count("/") == 1:
         return  # hub id such as Qwen/Qwen2.5-7B: resolved by transformers when the run starts
-    close = difflib.get_close_matches(name, list(SIZES), n=2, cutoff=0.5)
-    hint = f" Did you mean {' or '.join(repr(c) for c in close)}?" if close else ""
+    hint = suggestion(name, SIZES)
     raise ConfigError(f"model.name: unknown model {name!r}.{hint} Allowed: a pocket size ({', '.join(SIZES)}), "
                       f"a local Hugging Face model directory, or a hub id like Qwen/Qwen2.5-0.5B")
 

@@ -21,7 +21,7 @@ import re
 from collections import Counter
 from pathlib import Path
 
-from harness.config import ConfigError
+from harness.errors import ConfigError, did_you_mean, suggestion
 from harness.registry import Registry
 
 TASKS = Registry("task")
@@ -30,13 +30,10 @@ SPLIT_SEED = 20250528  # fixed: the split never depends on the run seed
 
 def _check_options(task: str, options: dict, allowed: dict) -> dict:
     """Merge ``options`` into defaults; unknown keys get a did-you-mean, values are type checked."""
-    import difflib
-
     out = {k: v[0] for k, v in allowed.items()}
     for k, v in (options or {}).items():
         if k not in allowed:
-            close = difflib.get_close_matches(k, list(allowed), n=2, cutoff=0.5)
-            hint = f" Did you mean {' or '.join(repr(c) for c in close)}?" if close else ""
+            hint = suggestion(k, allowed)
             raise ConfigError(f"task.options.{k}: unknown option for task {task!r}.{hint} Allowed: {', '.join(allowed) or '(none)'}")
         check = allowed[k][1]
         msg = check(v)
@@ -233,8 +230,6 @@ def check_task(name: str, options: dict | None = None) -> None:
             raise ConfigError(f"task.options: a JSONL task takes no options, got {sorted(options)}")
         return
     if name not in TASKS:
-        from harness.registry import did_you_mean
-
         raise ConfigError(f"task.name: {did_you_mean(name, TASKS.names(), 'task')}, or a path to a .jsonl file of {{prompt, answer}}")
     cls = TASKS.get(name)
     _check_options(name, options or {}, cls.options_schema)

@@ -1,0 +1,45 @@
+"""What the pocket backend owns in a run config: ``model.warm_start`` (typed here), the pocket model sizes and
+tasks (did-you-mean from their registries) and the mini-batch count a rollout must supply."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from harness.errors import ConfigError
+from harness.schema import build, opt
+
+
+@dataclass
+class WarmStartOptions:
+    """Supervised warm start of a pocket model: the stand-in for a pretrained base model."""
+
+    enabled: str = opt("auto", kind=str, choices=("auto", "true", "false"),
+                       help="auto = on for pocket sizes, off for HF checkpoints")
+    target_acc: float = opt(0.3, kind=float, min=0.0, max=1.0,
+                            help="stop once sampled (T=1) accuracy on held-out train problems reaches this")
+    max_steps: int = opt(3000, kind=int, min=0)
+    batch_size: int = opt(64, kind=int, min=1)
+    lr: float = opt(3e-3, kind=float, min=0.0)
+    check_every: int = opt(10, kind=int, min=1)
+    min_steps: int = opt(50, kind=int, min=0)
+
+
+WarmStartConfig = WarmStartOptions  # the name it had in harness.config
+
+
+def validate(cfg) -> None:
+    """Type ``cfg.model.warm_start`` and check the pocket-only settings; raise ConfigError."""
+    from harness.backends.pocket import models, tasks
+
+    ws = cfg.model.warm_start
+    cfg.model.warm_start = build(WarmStartOptions, ws if isinstance(ws, dict) else vars(ws), "model.warm_start")
+    models.check_model_name(cfg.model.name)
+    if cfg.model.warm_start.enabled == "true" and not models.is_pocket(cfg.model.name):
+        raise ConfigError(f"model.warm_start.enabled: true only applies to pocket sizes; {cfg.model.name!r} is a "
+                          f"pretrained checkpoint (allowed here: auto, false)")
+    tasks.check_task(cfg.task.name, cfg.task.options)
+    t = cfg.train
+    if t.updates_per_rollout > t.prompts_per_step * t.samples_per_prompt:
+        raise ConfigError(
+            f"train.updates_per_rollout: {t.updates_per_rollout} mini-batches need at least that many sequences, "
+            f"but a rollout has prompts_per_step*samples_per_prompt = {t.prompts_per_step * t.samples_per_prompt}")

@@ -1,0 +1,81 @@
+"""The harness package has no import circles, and the core config imports no backend."""
+
+import ast
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _module(path: Path) -> str:
+    parts = list(path.relative_to(ROOT).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def import_graph() -> dict[str, set[str]]:
+    """harness module -> harness modules it imports anywhere in its body (inside functions too)."""
+    paths = {_module(p): p for p in (ROOT / "harness").rglob("*.py")}
+    graph = {m: set() for m in paths}
+    for mod, path in paths.items():
+        pkg = mod if path.name == "__init__.py" else mod.rpartition(".")[0]
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                base = node.module or ""
+                if node.level:
+                    base = ".".join(pkg.split(".")[: len(pkg.split(".")) - node.level + 1] + [base] * bool(base))
+                subs = [f"{base}.{a.name}" for a in node.names]
+                names = [s for s in subs if s in paths] or [base]  # `from pkg import module` -> that module
+            else:
+                continue
+            for name in names:
+                while name and name not in paths:
+                    name = name.rpartition(".")[0]
+                if name and name != mod:
+                    graph[mod].add(name)
+    return graph
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components with more than one module (Tarjan)."""
+    index, low, stack, out = {}, {}, [], []
+
+    def visit(v):
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        for w in sorted(graph[v]):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while not comp or comp[-1] != v:
+                comp.append(stack.pop())
+            if len(comp) > 1:
+                out.append(sorted(comp))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return out
+
+
+def test_the_cycle_finder_finds_a_cycle():
+    assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+
+
+def test_harness_has_no_import_cycles():
+    graph = import_graph()
+    assert "harness.backends.pocket.models" in graph and graph["harness.config"]  # the walk saw the package
+    assert cycles(graph) == []
+
+
+def test_core_config_imports_no_backend():
+    assert not any(m.startswith("harness.backends") for m in import_graph()["harness.config"] - {"harness.backends"})
+    code = "import sys, harness.config; print(sorted(m for m in sys.modules if m.startswith('harness.backends')))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"
