@@ -1,0 +1,5 @@
+import sys
+
+from harness.devicecheck.core import main
+
+sys.exit(main())

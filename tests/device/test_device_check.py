@@ -1,0 +1,152 @@
+"""scripts/device_check.sh --cpu on a stand-in for the bare GPU machine (tests/device/bare_machine.py): every
+check runs at small sizes, the report has its schema, and its numbers are finite and consistent. With the CPU
+standing in for the device, device-vs-CPU comparisons are CPU-vs-CPU and must agree exactly."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import harness
+from harness.devicecheck.core import CHECKS, STATUSES, compare
+
+sys.path.insert(0, str(Path(__file__).parent))
+import bare_machine
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _run(args, tmp_path, timeout=180):
+    env = dict(os.environ, PYTHON=f"{sys.executable} -S", HARNESS_DEVICE_WHEELS="",
+               PYTHONPATH=str(bare_machine.build(tmp_path / "bare_site")))
+    return subprocess.run(["bash", str(ROOT / "scripts" / "device_check.sh"), *args], capture_output=True, text=True,
+                          timeout=timeout, env=env, cwd=tmp_path, check=False)
+
+
+@pytest.fixture(scope="module")
+def report(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("device_check")
+    proc = _run(["--cpu", "--out", str(tmp / "out")], tmp)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    rep = json.loads((tmp / "out" / "device_check.json").read_text())
+    rep["_log"] = (tmp / "out" / "device_check.log").read_text()
+    return rep
+
+
+def _finite(x) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
+
+
+def test_report_schema_and_statuses(report):
+    assert report["schema_version"] == 1 and report["mode"] == "cpu" and report["device"] == "cpu"
+    assert list(report["checks"]) == list(CHECKS)
+    for name, res in report["checks"].items():
+        assert res["status"] in STATUSES and _finite(res["wall_s"]), name
+        assert f"== {name}" in report["_log"]
+    assert report["summary"]["fail"] == [] and report["summary"]["error"] == []
+    assert report["summary"]["skipped"] == ["openrlhf"]  # not installed on the stand-in
+
+
+def test_environment_sees_the_bare_machine(report):
+    env = report["checks"]["environment"]
+    assert {"submitit", "math_verify", "openrlhf", "deepspeed", "ray"} <= set(env["missing_packages"])
+    assert env["packages"]["torch" if "torch" in env["packages"] else "yaml"]["ok"]
+    for core in ("harness", "harness.runner", "harness.backends.pocket.trainer"):
+        assert env["harness_modules"][core]["ok"], core
+    assert env["torch"] and env["transformers"] and env["cuda_available"] in (True, False)
+
+
+def test_losses_every_method_agrees_exactly_on_one_device(report):
+    res = report["checks"]["losses"]
+    assert set(res["methods"]) == set(harness.list_methods())
+    for name, r in res["methods"].items():
+        assert r["ok"] and _finite(r["loss_cpu"]), name
+        assert r["loss"]["max_abs"] == 0.0 and r["grad"]["max_abs"] == 0.0, name  # same device: bit-identical
+        assert r["metrics_differing"] == {}, name
+    gen = res["clip_cov_device_generator"]
+    assert gen["count_equal"] and gen["same_tokens_as_cpu_generator"]  # the "device" generator is a CPU one here
+    assert gen["selected_count_cpu"] >= 1
+    assert len(res["timing"]) == 2 and res["timing"][0]["positions"] < res["timing"][1]["positions"]
+    for row in res["timing"]:
+        assert row["tokens"] == row["positions"]  # timing inputs are all valid tokens
+        assert row["methods"]["grpo"]["ratio_to_grpo"] == 1.0
+        assert all(_finite(v["seconds"]) and v["seconds"] > 0 for v in row["methods"].values())
+
+
+def test_entropy_ratios_and_values(report):
+    res = report["checks"]["entropy"]
+    assert [r["dtype"] for r in res["results"]] == ["bfloat16", "float32"]
+    assert res["memory_measured"] is False
+    for r in res["results"]:
+        c = r["routes"]["chunked"]
+        assert c["value_ok"] and c["max_abs_err_vs_fp32"] <= res["value_atol_nats"][r["dtype"]]
+        assert c["fwd_peak_extra_mib"] is None  # not measured on the CPU
+        q = r["ratios_chunked_to_logsumexp"]
+        assert _finite(q["fwd_time"]) and _finite(q["fwd_bwd_time"]) and q["fwd_peak_memory"] is None
+        assert q["fwd_time"] == pytest.approx(c["fwd_s"] / r["routes"]["logsumexp"]["fwd_s"], rel=1e-2)
+
+
+def test_pocket_runs_replay_the_first_step_exactly(report):
+    res = report["checks"]["pocket"]
+    assert set(res["methods"]) == set(harness.list_methods())
+    assert res["config"]["train"]["device"] == "cpu" and res["config"]["train"]["steps"] == 2
+    for name, r in res["methods"].items():
+        assert r["ok"], (name, r)
+        for side in ("cpu", "device"):
+            assert r[side]["status"] == "completed" and r[side]["steps"] == 2 and r[side]["nonfinite"] == []
+            assert _finite(r[side]["s_per_step"]) and r[side]["s_per_step"] > 0
+        assert r["first_step"]["max_rel"] == 0.0 and r["first_step"]["keys_compared"] >= 15, name
+    assert _finite(res["device_to_cpu_time"])
+
+
+def test_openrlhf_skip_names_what_is_missing(report):
+    res = report["checks"]["openrlhf"]
+    assert res["status"] == "skipped" and "No module named" in res["reason"]
+    assert "ray" in res["too_large_to_ship"]
+
+
+def test_bad_arguments_give_one_error_line(tmp_path):
+    proc = _run(["--out", str(tmp_path / "o"), "--only", "losses,entropyy"], tmp_path, timeout=60)
+    assert proc.returncode == 2
+    assert proc.stderr.strip().splitlines()[-1].startswith("error: --only: unknown check 'entropyy'")
+    assert not (tmp_path / "o" / "device_check.json").exists()
+
+
+def test_compare_against_hand_computed_values():
+    ok = compare(1.001, 1.0, rtol=1e-3, atol=0.0)
+    assert ok["ok"] and ok["max_abs"] == pytest.approx(1e-3)
+    bad = compare([1.0, 2.0022], [1.0, 2.0], rtol=1e-3, atol=0.0)  # 0.0022 > 0.002
+    assert not bad["ok"] and bad["max_rel"] == pytest.approx(1.1e-3)
+    assert not compare(float("nan"), 1.0, rtol=1.0, atol=1.0)["ok"]
+
+
+def test_ray_stub_decorates_and_refuses():
+    from harness.devicecheck import raystub
+
+    saved = {k: v for k, v in sys.modules.items() if k == "ray" or k.startswith("ray.")}
+    try:
+        for k in saved:
+            del sys.modules[k]
+        if not raystub.install():
+            pytest.skip("a real ray is installed here")
+        import ray
+        from ray.util.placement_group import placement_group
+
+        class A:
+            pass
+
+        assert ray.remote(num_gpus=1)(A) is A and ray.remote(A) is A
+        with pytest.raises(RuntimeError, match="stub"):
+            ray.get(None)
+        with pytest.raises(RuntimeError, match="stub"):
+            placement_group([])
+    finally:
+        for k in [k for k in sys.modules if k == "ray" or k.startswith("ray.")]:
+            del sys.modules[k]
+        sys.modules.update(saved)
