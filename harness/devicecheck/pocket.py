@@ -5,8 +5,9 @@ per step on the device against the CPU.
 Rollouts are sampled from a generator on the run's device, so a CUDA run draws other responses than a CPU run
 with the same seed. To compare like with like, the device run's first step replays the CPU run's first rollout
 (``PocketTrainer.rollout`` is wrapped while the runs go: the CPU run records its step-1 output, the device run
-gets it back on its device); everything after the rollout (old log-probs, entropy, advantages, the mini-batch
-updates, the metrics) is computed on the device. Later steps sample freely. Seconds per step are the mean
+gets it back on its device). Both first steps drop what the sampling pass computed (the fast path's old log-probs
+and entropy), so everything after the tokens (old log-probs, entropy, advantages, the mini-batch updates, the
+metrics) is computed by the same code on each device. Later steps sample freely. Seconds per step are the mean
 ``time/step`` over steps 2.. of each run (step 1 is replayed on the device; CPU runs use ``train.threads``).
 """
 
@@ -14,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import dataclasses
 import json
 import math
 import tempfile
@@ -56,10 +58,23 @@ def run_config(method: dict, device: str, small: bool, cache: Path) -> dict:
     return cfg
 
 
+SAMPLING_OUTPUTS = ("logp", "entropy")  # what the fast path's sampling pass attaches to the batch
+
+
+def _tokens_only(batch):
+    """The batch without what the sampling pass computed, so each trainer recomputes old log-probs and entropy
+    itself (on its own device) from the tokens."""
+    if dataclasses.is_dataclass(batch):
+        drop = {f.name: None for f in dataclasses.fields(batch) if f.name in SAMPLING_OUTPUTS}
+        if drop:
+            return dataclasses.replace(batch, **drop)
+    return batch
+
+
 @contextlib.contextmanager
 def first_rollout(mode: str, store: dict):
-    """mode "record": keep a CPU copy of step 1's rollout in ``store``; "replay": return it (batch moved to the
-    trainer's device) instead of sampling step 1."""
+    """mode "record": step 1's rollout without its sampling-pass outputs goes on to the trainer and a CPU copy
+    into ``store``; "replay": that copy (batch moved to the trainer's device) replaces step 1's sampling."""
     from harness.backends.pocket import trainer as pt
 
     orig = pt.PocketTrainer.rollout
@@ -70,6 +85,7 @@ def first_rollout(mode: str, store: dict):
                     for k, v in store.items()}
         out = orig(self, step, *args, **kwargs)
         if step == 1 and mode == "record":
+            out = {k: _tokens_only(v) for k, v in out.items()}
             store.update({k: (v.to("cpu") if hasattr(v, "to") else copy.deepcopy(v)) for k, v in out.items()})
         return out
 
