@@ -24,7 +24,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def _run(args, tmp_path, timeout=180):
     env = dict(os.environ, PYTHON=f"{sys.executable} -S", HARNESS_DEVICE_WHEELS="",
-               PYTHONPATH=str(bare_machine.build(tmp_path / "bare_site")))
+               HARNESS_DEVICE_SITE=str(tmp_path / "site"), PYTHONPATH=str(bare_machine.build(tmp_path / "bare_site")))
     return subprocess.run(["bash", str(ROOT / "scripts" / "device_check.sh"), *args], capture_output=True, text=True,
                           timeout=timeout, env=env, cwd=tmp_path, check=False)
 
