@@ -64,12 +64,18 @@ def agree(name: str, x: dict, device: str) -> dict:
 
 
 def clip_cov_device_generator(x: dict, device: str) -> dict:
-    """Clip-Cov with a generator on the device vs the CPU generator: same count, tokens drawn differently."""
+    """Clip-Cov with a generator on the device vs the CPU generator: same count, tokens drawn differently --
+    or an error, which is reported (``torch.randperm`` without ``device=`` refuses a CUDA generator)."""
     cpu = run_loss("clip_cov", x, "cpu", torch.Generator().manual_seed(1))
-    dev = run_loss("clip_cov", x, device, torch.Generator(device=device).manual_seed(1))
+    try:
+        dev = run_loss("clip_cov", x, device, torch.Generator(device=device).manual_seed(1))
+    except RuntimeError as e:
+        return {"generator_device": device, "supported": False, "error": f"RuntimeError: {e}"[:500],
+                "note": "Clip-Cov's draw (harness.selection.random_subset_mask) cannot take a generator on this "
+                        "device; the pocket backend and the OpenRLHF plug-in pass CPU generators"}
     valid = x["mask"].bool()
     zero_cpu, zero_dev = (cpu["grad"] == 0) & valid, (dev["grad"] == 0) & valid  # detached tokens have no gradient
-    return {"generator_device": device, "selected_count_cpu": cpu["metrics"]["selected/count"],
+    return {"generator_device": device, "supported": True, "selected_count_cpu": cpu["metrics"]["selected/count"],
             "selected_count_device": dev["metrics"]["selected/count"],
             "count_equal": cpu["metrics"]["selected/count"] == dev["metrics"]["selected/count"],
             "same_tokens_as_cpu_generator": bool(torch.equal(zero_cpu, zero_dev)),
@@ -77,10 +83,10 @@ def clip_cov_device_generator(x: dict, device: str) -> dict:
                     "tokens, not the same tokens as the CPU draw (pass a CPU generator for CPU-identical draws)"}
 
 
-def timing(device: str, b: int, t: int, repeats: int, sync) -> dict:
+def timing(device: str, b: int, t: int, repeats: int, sync, methods) -> dict:
     x = {k: v.to(device) for k, v in make_inputs(b, t, seed=3, ragged=False).items()}
     fns = {}
-    for name in harness.list_methods():
+    for name in methods:
         m = harness.get_method(name)
 
         def step(m=m):
@@ -118,15 +124,23 @@ def check(ctx) -> dict:
                                          "metric_atol": METRIC_ATOL},
            "agreement_size": {"batch": b, "seq": t, "tokens": int(x["mask"].sum())}, "methods": {}}
     for name in methods:
-        res["methods"][name] = agree(name, x, ctx.device)
-        r = res["methods"][name]
-        ctx.log(f"{name}: loss {r['loss_device']:.6g} vs cpu {r['loss_cpu']:.6g}, grad max rel "
-                f"{r['grad']['max_rel']:.2e} -> {'ok' if r['ok'] else 'DIFFERS'}")
+        try:
+            r = agree(name, x, ctx.device)
+        except Exception as e:  # noqa: BLE001 - one method's crash is reported, the others still run
+            r = {"ok": False, "error": f"{type(e).__name__}: {e}"[:1000]}
+            ctx.log(f"{name}: error: {r['error']}")
+        else:
+            ctx.log(f"{name}: loss {r['loss_device']:.6g} vs cpu {r['loss_cpu']:.6g}, grad max rel "
+                    f"{r['grad']['max_rel']:.2e} -> {'ok' if r['ok'] else 'DIFFERS'}")
+        res["methods"][name] = r
     if "clip_cov" in methods:
         res["clip_cov_device_generator"] = clip_cov_device_generator(x, ctx.device)
     res["timing"] = []
     for tb, tt in TIMING_SIZES[size]:
-        row = timing(ctx.device, tb, tt, REPEATS[size], ctx.sync)
+        timed = [n for n in methods if "error" not in res["methods"][n]]  # grpo first: the baseline
+        if "grpo" not in timed:
+            break
+        row = timing(ctx.device, tb, tt, REPEATS[size], ctx.sync, timed)
         res["timing"].append(row)
         ctx.log(f"timing {tb}x{tt}: " + ", ".join(f"{n} {v['ratio_to_grpo']}x" for n, v in row["methods"].items()))
         if ctx.device.startswith("cuda"):
