@@ -10,12 +10,12 @@ from contextlib import contextmanager
 import numpy as np
 import torch
 
-from . import compare, covmethods, dynamics, entreg
+from . import cliplow, compare, covmethods, dynamics, entreg
 from . import methods as M
 
 CLAIMS = [dynamics.lemma_iv1, dynamics.lemma_iv2, dynamics.prop_iv1, dynamics.thm_iv1, entreg.thm_v1, entreg.thm_v2,
           entreg.cor_v1, covmethods.prop_vi1, covmethods.thm_vi1, covmethods.thm_vi2, compare.thm_vii1,
-          compare.thm_vii2, compare.thm_vii3, compare.thm_vii4, compare.prop_vii1]
+          compare.thm_vii2, compare.thm_vii3, compare.thm_vii4, compare.prop_vii1, cliplow.park_cliplow]
 
 
 def _g(d, *keys):
@@ -75,6 +75,11 @@ SUMMARY = {
                                 *(e["ns_per_token_at_N=2^19"][k] for k in ("kl_cov.select_tokens",
                                                                            "clip_cov.select_tokens", "torch.sort",
                                                                            "numpy.partition (introselect)")))),
+    "park_cliplow": lambda e: ("net clip effect at 0.2/0.2 (nats): " + ", ".join(
+        f"H0 {x['entropy_start']:.2f}: {x['net_effect'][0]:+.2f}" for x in e["regimes_symmetric"])
+        + "; end entropy vs symmetric: eps_low 0.1 {:+.3f}, eps_low 0.4 {:+.3f}".format(
+            e["configs_peaked"]["tighter clip-low 0.1/0.2"]["end_minus_symmetric"][0],
+            e["configs_peaked"]["raised eps_low 0.4/0.2"]["end_minus_symmetric"][0])),
 }
 
 
@@ -222,6 +227,18 @@ def figures(report: dict, out: str) -> None:
         ax.legend(fontsize=7)
         fig.tight_layout()
         _savefig(fig, os.path.join(out, "stability_margin.png"))
+        plt.close(fig)
+    if "park_cliplow" in by:
+        configs = by["park_cliplow"]["evidence"]["configs_peaked"]
+        fig, ax = plt.subplots(figsize=(5.5, 3.8))
+        for name, c in configs.items():
+            ax.plot(c["entropy_curve"], label=name)
+        ax.set_xlabel("rollout")
+        ax.set_ylabel("policy entropy (nats)")
+        ax.set_title("Clip-low vs clip-high with random rewards (bandit)", fontsize=10)
+        ax.legend(fontsize=7)
+        fig.tight_layout()
+        _savefig(fig, os.path.join(out, "cliplow.png"))
         plt.close(fig)
     if "thm_vii3" in by:
         curves = by["thm_vii3"]["evidence"]["curves"]
