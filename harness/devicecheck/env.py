@@ -14,7 +14,7 @@ OPTIONAL = ("submitit", "math_verify", "latex2sympy2_extended", "antlr4", "lm_ev
             "flash_attn", "openrlhf")
 # harness entry points: which of them import with the packages present
 HARNESS_MODULES = ("harness", "harness.runner", "harness.backends.pocket.trainer", "harness.cli",
-                   "harness.sweeps.submit", "evals.math_grader", "evals.metrics", "harness.results.table",
+                   "harness.sweeps.cli", "harness.sweeps.submit", "evals.math_grader", "evals.metrics", "harness.results.table",
                    "harness.backends.openrlhf.plugin")
 
 PROBE = r"""
@@ -51,6 +51,18 @@ def probe_imports(names, timeout=300) -> dict:
     return {n: {"ok": False, "error": f"probe failed: {proc.stderr[-300:]}"} for n in names}
 
 
+def probe_cli(timeout=120) -> dict:
+    """``python -m harness methods``: the CLI imports every command module at start (sweeps: submitit)."""
+    cmd = [sys.executable] + (["-S"] if sys.flags.no_site else []) + ["-m", "harness", "methods"]
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, check=False)
+    except subprocess.TimeoutExpired:
+        return {"ok": False, "error": f"timed out after {timeout}s"}
+    if proc.returncode == 0:
+        return {"ok": True}
+    return {"ok": False, "returncode": proc.returncode, "error": (proc.stderr.strip().splitlines() or [""])[-1][:300]}
+
+
 def check(ctx) -> dict:
     import torch
     import transformers
@@ -68,8 +80,10 @@ def check(ctx) -> dict:
     res["harness_modules"] = {n: imports[n] for n in HARNESS_MODULES}
     res["missing_packages"] = [n for n in OPTIONAL if not imports[n]["ok"]]
     res["harness_modules_failing"] = {n: imports[n]["error"] for n in HARNESS_MODULES if not imports[n]["ok"]}
+    res["cli"] = probe_cli()
     ctx.log(f"torch {torch.__version__}, transformers {transformers.__version__}, "
-            f"{res.get('gpu_name', 'no GPU')}; missing: {', '.join(res['missing_packages']) or 'none'}")
+            f"{res.get('gpu_name', 'no GPU')}; missing: {', '.join(res['missing_packages']) or 'none'}; "
+            f"`python -m harness methods`: {'ok' if res['cli']['ok'] else res['cli']['error']}")
     # the checks below need these; anything else missing is reported, not fatal
     core = ("harness", "harness.runner", "harness.backends.pocket.trainer")
     bad = [n for n in core if not imports[n]["ok"]]
