@@ -145,7 +145,11 @@ def check(ctx) -> dict:
         ctx.log(f"timing {tb}x{tt}: " + ", ".join(f"{n} {v['ratio_to_grpo']}x" for n, v in row["methods"].items()))
         if ctx.device.startswith("cuda"):
             torch.cuda.empty_cache()
-    failed = [n for n, r in res["methods"].items() if not r["ok"]]
-    if failed:
-        res["status"], res["reason"] = "fail", f"device != CPU beyond tolerance for: {', '.join(failed)}"
+    errors = [n for n, r in res["methods"].items() if r.get("error")]
+    differ = [n for n, r in res["methods"].items() if not r["ok"] and not r.get("error")]
+    if errors or differ:
+        res["status"] = "fail"
+        res["reason"] = "; ".join(part for part in (
+            f"raised: {', '.join(errors)}" if errors else "",
+            f"device != CPU beyond tolerance: {', '.join(differ)}" if differ else "") if part)
     return res

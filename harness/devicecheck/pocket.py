@@ -140,8 +140,11 @@ def one_method(name: str, hp: dict, ctx, work: Path) -> dict:
     runs = {}
     for side, device, mode in (("cpu", "cpu", "record"), ("device", ctx.device, "replay")):
         run_dir = work / f"{name}-{side}"
-        with first_rollout(mode, store):
-            result = run(run_config(method, device, ctx.small, cache), run_dir, force=True, quiet=True)
+        try:
+            with first_rollout(mode, store):
+                result = run(run_config(method, device, ctx.small, cache), run_dir, force=True, quiet=True)
+        except Exception as e:  # noqa: BLE001 - reported with the side that raised
+            return dict(res, ok=False, error=f"{side} run (train.device={device}): {type(e).__name__}: {e}"[:1000])
         rows = read_rows(run_dir)
         runs[side] = rows
         res[side] = {"status": result.get("status"), "steps": len(rows), "s_per_step": step_seconds(rows),
