@@ -5,7 +5,7 @@ function with far fewer tensor ops, which is what sets the pace at pocket widths
 dispatch, not FLOPs, dominates. What differs from the HF code, numerically only:
   * q/k/v (and gate/up) projections are one matmul over concatenated weights (same products, other blocking);
   * RMSNorm is ``torch.nn.functional.rms_norm`` (one fused op instead of five);
-  * rotate_half is a flip with the sign folded into the sin table (exact);
+  * rotate_half is a roll by half the head with the sign folded into the sin table (exact);
   * padding query rows attend to themselves instead of nothing (their outputs are never used; this keeps
     them finite, so no NaN reaches a gradient);
   * generation writes keys/values into a preallocated cache instead of concatenating a growing one.
@@ -53,7 +53,7 @@ class FastQwen2:
         cos, sin = emb.cos() * rot.attention_scaling, emb.sin() * rot.attention_scaling
         half = self.head_dim // 2
         sign = torch.cat((-torch.ones(half), torch.ones(half)))
-        self._tables_cpu = (cos, sin * sign)  # rotate_half(x) * sin == flip_halves(x) * (sign * sin), exactly
+        self._tables_cpu = (cos, sin * sign)  # rotate_half(x) * sin == roll(x, hd/2) * (sign * sin), exactly
         self._tables = {}
 
     # ------------------------------------------------------------------------------------ pieces
@@ -76,10 +76,8 @@ class FastQwen2:
         return out
 
     def _rope(self, qk, cos, sin):
-        """qk (B, L, 2H, hd); cos/sin (B, L, 1, hd)."""
-        B, L, n, hd = qk.shape
-        flipped = qk.view(B, L, n, 2, hd // 2).flip(-2).view(B, L, n, hd)
-        return torch.addcmul(qk * cos, flipped, sin)
+        """qk (B, L, 2H, hd); cos/sin (B, L, 1, hd). rotate_half(x) * sin == roll(x, hd/2) * (sign * sin)."""
+        return torch.addcmul(qk * cos, qk.roll(self.head_dim // 2, -1), sin)
 
     def _embed(self, ids):
         e = self.model.model.embed_tokens
@@ -96,10 +94,9 @@ class FastQwen2:
         B, L, d = x.shape
         H, hd = self.heads, self.head_dim
         h = F.rms_norm(x, (d,), w_in, self.eps)
-        qkv = F.linear(h, w_qkv, b_qkv)
-        qk = self._rope(qkv[..., :2 * d].view(B, L, 2 * H, hd), cos, sin)
-        q, k = qk[:, :, :H].transpose(1, 2), qk[:, :, H:].transpose(1, 2)
-        v = qkv[..., 2 * d:].view(B, L, H, hd).transpose(1, 2)
+        qk, v = F.linear(h, w_qkv, b_qkv).split((2 * d, d), dim=-1)  # split: one cat in backward, no zero-fills
+        q, k = self._rope(qk.view(B, L, 2 * H, hd), cos, sin).split(H, dim=2)
+        q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.view(B, L, H, hd).transpose(1, 2)
         o = attend(q, k, v).transpose(1, 2).reshape(B, L, d)
         x = x + F.linear(o, w_o)
         h = F.rms_norm(x, (d,), w_post, self.eps)
@@ -143,7 +140,9 @@ class FastQwen2:
         n, P = input_ids.shape
         H, hd = self.heads, self.head_dim
         layers = self._layers()
-        pre = torch.zeros((len(layers), 2, n, H, P, hd), dtype=emb_w.dtype, device=dev)
+        B = n if expand is None else expand.shape[0]
+        # every cache slot is written before it is read (prompt now, position P+t at step t): no zero fill
+        cache = torch.empty((len(layers), 2, B, H, P + max_new_tokens, hd), dtype=emb_w.dtype, device=dev)
         pos = (attention_mask.long().cumsum(-1) - 1).clamp(min=0)
         cos_t, sin_t = self._rope_tables(emb_w.device, emb_w.dtype)
         idx = torch.arange(P, device=dev)
@@ -153,17 +152,13 @@ class FastQwen2:
         cos, sin = cos_t[pos][:, :, None], sin_t[pos][:, :, None]
         for i, p in enumerate(layers):
             def attend(q, k, v, i=i):
-                pre[i, 0] = k
-                pre[i, 1] = v
+                cache[i, 0, :, :, :P] = k if expand is None else k[expand]
+                cache[i, 1, :, :, :P] = v if expand is None else v[expand]
                 return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=self.scale)
             x = self._block(x, p, cos, sin, attend)
         logits = self._head(x[:, -1])
         if expand is not None:
-            pre, logits = pre[:, :, expand], logits[expand]
-            attention_mask, pos = attention_mask[expand], pos[expand]
-        B = logits.shape[0]
-        cache = torch.zeros((len(layers), 2, B, H, P + max_new_tokens, hd), dtype=emb_w.dtype, device=dev)
-        cache[:, :, :, :, :P] = pre
+            logits, attention_mask, pos = logits[expand], attention_mask[expand], pos[expand]
         att = torch.ones((B, P + max_new_tokens), dtype=torch.bool, device=dev)
         att[:, :P] = attention_mask.bool()  # generated positions are always attended (as in the HF loop)
         state = {"layers": layers, "cache": cache, "att": att, "len": P, "pos": pos[:, -1], "tables": (cos_t, sin_t)}
