@@ -88,16 +88,22 @@ class FastQwen2:
         x = F.rms_norm(x, (x.shape[-1],), m.model.norm.weight, self.eps)
         return F.linear(x, m.lm_head.weight, m.lm_head.bias)
 
-    def _block(self, x, p, cos, sin, attend):
-        """One decoder layer; ``attend(q, k, v)`` -> (B, H, L, hd) does the attention (full or cached)."""
+    def _block(self, x, p, cos, sin, attend, rows: int | None = None):
+        """One decoder layer; ``attend(q, k, v)`` -> (B, H, Lq, hd) does the attention (full or cached).
+
+        ``rows``: only the last ``rows`` positions go on past the keys/values (the last layer of a forward
+        whose other outputs nobody reads); their values are the same.
+        """
         w_in, w_qkv, b_qkv, w_o, w_post, w_gu, w_down = p
         B, L, d = x.shape
         H, hd = self.heads, self.head_dim
         h = F.rms_norm(x, (d,), w_in, self.eps)
         qk, v = F.linear(h, w_qkv, b_qkv).split((2 * d, d), dim=-1)  # split: one cat in backward, no zero-fills
         q, k = self._rope(qk.view(B, L, 2 * H, hd), cos, sin).split(H, dim=2)
+        if rows is not None and rows < L:
+            q, x = q[:, -rows:], x[:, -rows:]
         q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.view(B, L, H, hd).transpose(1, 2)
-        o = attend(q, k, v).transpose(1, 2).reshape(B, L, d)
+        o = attend(q, k, v).transpose(1, 2).reshape(B, x.shape[1], d)
         x = x + F.linear(o, w_o)
         h = F.rms_norm(x, (d,), w_post, self.eps)
         g, u = F.linear(h, w_gu).chunk(2, dim=-1)
@@ -118,11 +124,13 @@ class FastQwen2:
         mask = mask[:, None]  # (B, 1, L, L)
 
         def attend(q, k, v):
-            return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=self.scale)
+            m = mask if q.shape[2] == L else mask[:, :, -q.shape[2]:]
+            return F.scaled_dot_product_attention(q, k, v, attn_mask=m, scale=self.scale)
 
         x = self._embed(input_ids)
-        for p in self._layers():
-            x = self._block(x, p, cos, sin, attend)
+        layers = self._layers()
+        for i, p in enumerate(layers):
+            x = self._block(x, p, cos, sin, attend, rows=keep if i == len(layers) - 1 else None)
         if keep is not None:
             x = x[:, -keep:]
         return self._head(x)
@@ -154,8 +162,9 @@ class FastQwen2:
             def attend(q, k, v, i=i):
                 cache[i, 0, :, :, :P] = k if expand is None else k[expand]
                 cache[i, 1, :, :, :P] = v if expand is None else v[expand]
-                return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=self.scale)
-            x = self._block(x, p, cos, sin, attend)
+                m = mask if q.shape[2] == P else mask[:, :, -q.shape[2]:]
+                return F.scaled_dot_product_attention(q, k, v, attn_mask=m, scale=self.scale)
+            x = self._block(x, p, cos, sin, attend, rows=1 if i == len(layers) - 1 else None)
         logits = self._head(x[:, -1])
         if expand is not None:
             logits, attention_mask, pos = logits[expand], attention_mask[expand], pos[expand]
