@@ -130,17 +130,17 @@ def worker_pocket(model_dir: str, steps: int, warmup: int, reference: bool) -> l
     gen, chunked = T.generate, tr._logprobs_chunked
 
     def timed_gen(*a, **k):
-        t0 = time.perf_counter()
+        t0 = time.process_time()
         out = gen(*a, **k)
-        acc["gen"] += time.perf_counter() - t0
+        acc["gen"] += time.process_time() - t0
         acc["tokens"] += float(out.attention_mask.sum())
         return out
 
     def timed_old(*a, **k):
-        t0 = time.perf_counter()
+        t0 = time.process_time()
         out = chunked(*a, **k)
         if not torch.is_grad_enabled():
-            acc["old_lp"] += time.perf_counter() - t0
+            acc["old_lp"] += time.process_time() - t0
         return out
 
     T.generate, tr._logprobs_chunked = timed_gen, timed_old
@@ -152,7 +152,7 @@ def worker_pocket(model_dir: str, steps: int, warmup: int, reference: bool) -> l
         wall, cpu = time.perf_counter() - t0, time.process_time() - c0
         if step > warmup:
             rows.append({"wall": wall, "cpu": cpu, "gen": acc["gen"], "old_lp": acc["old_lp"],
-                         "update": wall - acc["gen"] - acc["old_lp"], "resp_len": m["response/length"],
+                         "update": cpu - acc["gen"] - acc["old_lp"], "resp_len": m["response/length"],
                          "tokens": acc["tokens"], "reward": m["reward/mean"]})
     return rows
 
@@ -205,16 +205,16 @@ def worker_trl(model_dir: str, steps: int, warmup: int) -> list[dict]:
     gen, lp, score = trainer._generate, trainer._get_per_token_logps_and_entropies, trainer._generate_and_score_completions
 
     def timed_gen(*a, **k):
-        t0 = time.perf_counter()
+        t0 = time.process_time()
         out = gen(*a, **k)
-        acc["gen"] += time.perf_counter() - t0
+        acc["gen"] += time.process_time() - t0
         return out
 
     def timed_lp(*a, **k):
-        t0 = time.perf_counter()
+        t0 = time.process_time()
         out = lp(*a, **k)
         if not torch.is_grad_enabled():
-            acc["old_lp"] += time.perf_counter() - t0
+            acc["old_lp"] += time.process_time() - t0
         return out
 
     def timed_score(*a, **k):
@@ -232,9 +232,9 @@ def worker_trl(model_dir: str, steps: int, warmup: int) -> list[dict]:
     rows = []
     for k in range(warmup, len(stamps) - 1):
         a, b = stamps[k], stamps[k + 1]
-        wall = b["t"] - a["t"]
+        wall, cpu = b["t"] - a["t"], b["c"] - a["c"]
         g, o = b["gen"] - a["gen"], b["old_lp"] - a["old_lp"]
-        rows.append({"wall": wall, "cpu": b["c"] - a["c"], "gen": g, "old_lp": o, "update": wall - g - o,
+        rows.append({"wall": wall, "cpu": cpu, "gen": g, "old_lp": o, "update": cpu - g - o,
                      "resp_len": b["len"], "tokens": b["tokens"], "reward": b["reward"]})
     return rows
 
@@ -289,6 +289,7 @@ def main(argv=None) -> int:
     raw, table = {}, []
     for size in args.sizes:
         model_dir = warm_started_dir(size, cache)
+        gflops = max(gflops, matmul_gflops())
         res = {a: [] for a in arms}
         per_round = {a: [] for a in arms}
         for r in range(args.rounds):
@@ -309,7 +310,8 @@ def main(argv=None) -> int:
             line = {"size": size, "arm": arm, "wall": med(rows, "wall"), "cpu": med(rows, "cpu"),
                     "gen": med(rows, "gen"), "old_lp": med(rows, "old_lp"), "update": med(rows, "update"),
                     "resp_len": statistics.mean(r["resp_len"] for r in rows),
-                    "tokens": statistics.mean(r["tokens"] for r in rows), "bound": bound}
+                    "tokens": statistics.mean(r["tokens"] for r in rows), "bound": bound,
+                    "reward": statistics.mean(r["reward"] for r in rows)}
             if arm != "pocket" and "pocket" in arms:
                 ratios = sorted(a / b for a, b in zip(per_round[arm], per_round["pocket"]))
                 line["ratio_vs_pocket"] = (statistics.median(ratios), ratios[0], ratios[-1])
@@ -318,14 +320,15 @@ def main(argv=None) -> int:
         Path(args.json).write_text(json.dumps({"gflops": gflops, "load": load, "rows": raw}, indent=1))
     print(f"\nsingle-thread fp32 matmul {gflops:.0f} GFLOP/s; load average at start {load[0]:.2f}; "
           f"{args.rounds} ABBA rounds x {args.steps} timed RL steps per arm run (medians)\n")
-    print("| model | arm | wall s/step | CPU s/step | generation | old log-probs | updates + rest | "
-          "resp. len | tokens/step | ÷ pocket (CPU; range over runs) | ÷ FLOP bound |")
-    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+    print("| model | arm | wall s/step | CPU s/step | CPU: generation | old log-probs | updates + rest | "
+          "resp. len | tokens/step | reward | ÷ pocket (CPU; range over rounds) | CPU ÷ FLOP bound |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
     for t in table:
         rv = t.get("ratio_vs_pocket")
         rtxt = f"{rv[0]:.2f} ({rv[1]:.2f}–{rv[2]:.2f})" if rv else "1"
         print(f"| {t['size']} | {t['arm']} | {t['wall']:.3f} | {t['cpu']:.3f} | {t['gen']:.3f} | {t['old_lp']:.3f} | "
-              f"{t['update']:.3f} | {t['resp_len']:.2f} | {t['tokens']:.0f} | {rtxt} | {t['cpu'] / t['bound']:.1f}× |")
+              f"{t['update']:.3f} | {t['resp_len']:.2f} | {t['tokens']:.0f} | {t['reward']:.2f} | {rtxt} | "
+              f"{t['cpu'] / t['bound']:.1f}× |")
     for size in args.sizes:
         b = next(t["bound"] for t in table if t["size"] == size)
         print(f"\n{size}: FLOP bound {b:.3f} s/step (10 x matmul weights x valid tokens / {gflops:.0f} GFLOP/s: "
