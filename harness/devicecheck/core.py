@@ -22,6 +22,7 @@ from pathlib import Path
 SCHEMA_VERSION = 1
 STATUSES = ("ok", "fail", "skipped", "error")
 REPORT, LOG = "device_check.json", "device_check.log"
+MIN_LEFT_S = 20.0
 
 
 @dataclass
@@ -33,6 +34,11 @@ class Context:
     out: Path
     log_file: object = None
     t0: float = field(default_factory=time.time)
+    budget_s: float = 450.0   # the whole run; a check that would start past it is skipped, long ones stop early
+
+    def left(self) -> float:
+        """Seconds left of the budget."""
+        return self.budget_s - (time.time() - self.t0)
 
     def log(self, msg: str) -> None:
         line = f"[{time.time() - self.t0:7.1f}s] {msg}"
@@ -84,6 +90,12 @@ def run_checks(ctx: Context, only=CHECKS) -> dict:
     for name in only:
         ctx.log(f"== {name}")
         t0 = time.time()
+        if ctx.left() < MIN_LEFT_S:
+            report["checks"][name] = {"status": "skipped", "wall_s": 0.0,
+                                      "reason": f"time budget: {ctx.left():.0f}s of --budget {ctx.budget_s:.0f}s left"}
+            ctx.log(f"{name}: skipped ({report['checks'][name]['reason']})")
+            write_report(ctx.out, report)
+            continue
         try:
             res = _check_fn(name)(ctx)
         except Exception as e:  # noqa: BLE001 - one check's crash never stops the others
@@ -106,11 +118,16 @@ def main(argv=None) -> int:
     p.add_argument("--cpu", action="store_true", help="small sizes, the CPU standing in for the device")
     p.add_argument("--device", default=None, help="device under test (default: cuda, or cpu with --cpu)")
     p.add_argument("--only", default=",".join(CHECKS), help=f"comma-separated subset of {','.join(CHECKS)}")
+    p.add_argument("--budget", type=float, default=450.0,
+                   help="seconds for the whole run (default 450): later checks are skipped, long ones cut short")
     args = p.parse_args(argv)
     only = [c.strip() for c in args.only.split(",") if c.strip()]
     unknown = [c for c in only if c not in CHECKS]
     if unknown:
         print(f"error: --only: unknown check {unknown[0]!r}; allowed: {', '.join(CHECKS)}", file=sys.stderr)
+        return 2
+    if args.budget <= 0:
+        print(f"error: --budget: must be a positive number of seconds, got {args.budget}", file=sys.stderr)
         return 2
     device = args.device or ("cpu" if args.cpu else "cuda")
     import torch
@@ -122,7 +139,7 @@ def main(argv=None) -> int:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     with open(out / LOG, "w") as log_file:
-        ctx = Context(device=device, small=args.cpu, out=out, log_file=log_file)
+        ctx = Context(device=device, small=args.cpu, out=out, log_file=log_file, budget_s=args.budget)
         ctx.log(f"device check: device={device} sizes={'small (--cpu)' if args.cpu else 'full'} out={out}")
         report = run_checks(ctx, only)
         ctx.log(f"done in {report['wall_s']}s: " + ", ".join(f"{s}: {', '.join(v) or '-'}"

@@ -14,8 +14,8 @@ OPTIONAL = ("submitit", "math_verify", "latex2sympy2_extended", "antlr4", "lm_ev
             "flash_attn", "openrlhf")
 # harness entry points: which of them import with the packages present
 HARNESS_MODULES = ("harness", "harness.runner", "harness.backends.pocket.trainer", "harness.cli",
-                   "harness.sweeps.cli", "harness.sweeps.submit", "evals.math_grader", "evals.metrics", "harness.results.table",
-                   "harness.backends.openrlhf.plugin")
+                   "harness.sweeps.cli", "harness.sweeps.submit", "evals.math_grader", "evals.metrics",
+                   "harness.results.table", "harness.backends.openrlhf.plugin")
 
 PROBE = r"""
 import importlib, importlib.metadata as md, json, sys, time

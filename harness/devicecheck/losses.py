@@ -137,8 +137,11 @@ def check(ctx) -> dict:
         res["clip_cov_device_generator"] = clip_cov_device_generator(x, ctx.device)
     res["timing"] = []
     for tb, tt in TIMING_SIZES[size]:
-        timed = [n for n in methods if "error" not in res["methods"][n]]  # grpo first: the baseline
-        if "grpo" not in timed:
+        timed = [n for n in methods if "error" not in res["methods"][n]]
+        if "grpo" not in timed or ctx.left() < 60:
+            why = "no grpo baseline" if "grpo" not in timed else "time budget"
+            res["timing_cut"] = f"sizes from {tb}x{tt} on not timed ({why})"
+            ctx.log(res["timing_cut"])
             break
         row = timing(ctx.device, tb, tt, REPEATS[size], ctx.sync, timed)
         res["timing"].append(row)

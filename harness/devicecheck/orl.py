@@ -89,10 +89,12 @@ def run_suite(ctx) -> dict:
                               "-rfE", *TESTS]
         ctx.log("running: HARNESS_OPENRLHF_TEST_DEVICE=" + ctx.device + " " + " ".join(cmd[1:]))
         try:
-            proc = subprocess.run(cmd, capture_output=True, text=True, timeout=360, env=env, cwd=ROOT, check=False)
+            limit = max(10.0, min(360.0, ctx.left() - 5))
+            proc = subprocess.run(cmd, capture_output=True, text=True, timeout=limit, env=env, cwd=ROOT, check=False)
             tail, rc = (proc.stdout + proc.stderr)[-4000:], proc.returncode
         except subprocess.TimeoutExpired as e:
-            tail, rc = f"timed out after 360 s: {str(e.stdout or '')[-2000:]}", 124
+            out = e.stdout.decode(errors="replace") if isinstance(e.stdout, bytes) else (e.stdout or "")
+            tail, rc = f"timed out after {limit:.0f} s (time budget): {out[-2000:]}", 124
         if ctx.log_file is not None:
             ctx.log_file.write(tail + "\n")
         tests = {}

@@ -166,6 +166,10 @@ def check(ctx) -> dict:
            "config": run_config({"name": "grpo"}, ctx.device, ctx.small, Path("<work>/cache")), "methods": {}}
     with tempfile.TemporaryDirectory(prefix="harness-devicecheck-pocket-") as tmp:
         for name in harness.list_methods():
+            if ctx.left() < 30:
+                res["methods"][name] = {"ok": True, "skipped": f"time budget ({ctx.left():.0f}s left)"}
+                ctx.log(f"{name}: skipped, time budget")
+                continue
             try:
                 r = one_method(name, hps.get(name, {}), ctx, Path(tmp))
             except Exception as e:  # noqa: BLE001 - one method's crash is reported, the others still run
@@ -177,7 +181,11 @@ def check(ctx) -> dict:
                 ctx.log(f"{name}: first step {'equal' if r['first_step']['ok'] else 'DIFFERS'} "
                         f"(max rel {r['first_step']['max_rel']:.1e} over {r['first_step']['keys_compared']} keys); "
                         f"s/step cpu {r['cpu']['s_per_step']} device {r['device']['s_per_step']}")
-    secs = [(r["cpu"]["s_per_step"], r["device"]["s_per_step"]) for r in res["methods"].values() if "cpu" in r]
+    skipped = [n for n, r in res["methods"].items() if "skipped" in r]
+    if skipped:
+        res["skipped_methods"] = skipped
+    secs = [(r["cpu"]["s_per_step"], r["device"]["s_per_step"]) for r in res["methods"].values()
+            if "cpu" in r and "device" in r]
     secs = [(c, d) for c, d in secs if c and d]
     if secs:
         res["mean_s_per_step"] = {"cpu": sum(c for c, _ in secs) / len(secs),

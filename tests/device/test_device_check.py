@@ -137,6 +137,15 @@ def test_bad_arguments_give_one_error_line(tmp_path):
     assert not (tmp_path / "o" / "device_check.json").exists()
 
 
+def test_time_budget_skips_checks_instead_of_running_over(tmp_path):
+    args = ["--cpu", "--out", str(tmp_path / "o"), "--budget", "1", "--only", "losses,pocket"]
+    proc = _run(args, tmp_path, timeout=60)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    rep = json.loads((tmp_path / "o" / "device_check.json").read_text())
+    assert rep["summary"]["skipped"] == ["losses", "pocket"]
+    assert all("time budget" in r["reason"] and r["wall_s"] == 0.0 for r in rep["checks"].values())
+
+
 def test_compare_against_hand_computed_values():
     ok = compare(1.001, 1.0, rtol=1e-3, atol=0.0)
     assert ok["ok"] and ok["max_abs"] == pytest.approx(1e-3)
