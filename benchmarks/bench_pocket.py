@@ -202,7 +202,8 @@ def worker_trl(model_dir: str, steps: int, warmup: int) -> list[dict]:
     trainer = GRPOTrainer(model=model, reward_funcs=reward, args=args, train_dataset=data, processing_class=hf_tok,
                           callbacks=[Stamp()])
     acc = {"gen": 0.0, "old_lp": 0.0, "len": 0.0, "tokens": 0.0, "reward": 0.0}
-    gen, lp, score = trainer._generate, trainer._get_per_token_logps_and_entropies, trainer._generate_and_score_completions
+    gen, lp = trainer._generate, trainer._get_per_token_logps_and_entropies
+    score = trainer._generate_and_score_completions
 
     def timed_gen(*a, **k):
         t0 = time.process_time()
