@@ -39,8 +39,20 @@ def _batch(model, tok, n=3, seed=0):
 def test_fast_path_is_used_for_pocket_sizes_only():
     m, _ = _model()
     assert fast.supports(m) and fast_path(m) is not None and fast_path(m, reference=True) is None
+    assert fast_path(copy.deepcopy(m).to(torch.bfloat16)) is None  # half precision: HF upcasts inside, we do not
     m.config.num_key_value_heads = 2  # grouped-query attention: not what the fast path computes
     assert not fast.supports(m)
+
+
+def test_positions_past_the_configured_maximum_match_the_transformers_forward():
+    m, tok = _model()
+    n = m.config.max_position_embeddings + 12  # HF computes RoPE for any position; the tables grow on demand
+    ids = torch.randint(3, len(tok), (2, n), generator=torch.Generator().manual_seed(0))
+    att = torch.ones_like(ids)
+    att[1, :5] = 0
+    b = Batch(ids, att, n - 4, ids[:, -4:], torch.ones(2, 4))
+    with torch.no_grad():
+        assert float((response_logits(m, b) - response_logits(m, b, reference=True)).abs().max()) < TOL
 
 
 @pytest.mark.parametrize("size", ["pocket-0.3m", "pocket-1m"])

@@ -45,19 +45,27 @@ class FastQwen2:
         self.eps = cfg.rms_norm_eps
         self.scale = self.head_dim ** -0.5
         rot = model.model.rotary_emb
-        inv_freq = rot.inv_freq.detach().float().cpu()
-        n_pos = max(int(cfg.max_position_embeddings), 1)
+        self._inv_freq = rot.inv_freq.detach().float().cpu()
+        self._rope_scale = rot.attention_scaling
+        self._n_pos = 0
+        self._tables = {}
+        self._build_tables(max(int(cfg.max_position_embeddings), 1))
+
+    # ------------------------------------------------------------------------------------ pieces
+    def _build_tables(self, n_pos: int) -> None:
+        """cos and sign-folded sin for positions 0..n_pos-1 (HF computes any position; so do these)."""
         # HF: freqs = inv_freq (outer) positions, one product per entry, so the table is bit-identical
-        freqs = torch.arange(n_pos, dtype=torch.float32)[:, None] * inv_freq[None, :]
+        freqs = torch.arange(n_pos, dtype=torch.float32)[:, None] * self._inv_freq[None, :]
         emb = torch.cat((freqs, freqs), dim=-1)
-        cos, sin = emb.cos() * rot.attention_scaling, emb.sin() * rot.attention_scaling
+        cos, sin = emb.cos() * self._rope_scale, emb.sin() * self._rope_scale
         half = self.head_dim // 2
         sign = torch.cat((-torch.ones(half), torch.ones(half)))
         self._tables_cpu = (cos, sin * sign)  # rotate_half(x) * sin == roll(x, hd/2) * (sign * sin), exactly
-        self._tables = {}
+        self._n_pos, self._tables = n_pos, {}
 
-    # ------------------------------------------------------------------------------------ pieces
-    def _rope_tables(self, device, dtype):
+    def _rope_tables(self, device, dtype, n_pos: int):
+        if n_pos > self._n_pos:
+            self._build_tables(max(n_pos, 2 * self._n_pos))
         key = (str(device), dtype)
         if key not in self._tables:
             self._tables[key] = tuple(t.to(device=device, dtype=dtype) for t in self._tables_cpu)
@@ -116,7 +124,7 @@ class FastQwen2:
         B, L = input_ids.shape
         att = attention_mask.bool()
         pos = (attention_mask.long().cumsum(-1) - 1).clamp(min=0)
-        cos_t, sin_t = self._rope_tables(emb_w.device, emb_w.dtype)
+        cos_t, sin_t = self._rope_tables(emb_w.device, emb_w.dtype, L)
         cos, sin = cos_t[pos][:, :, None], sin_t[pos][:, :, None]
         idx = torch.arange(L, device=input_ids.device)
         causal = idx[None, :] <= idx[:, None]
@@ -152,7 +160,7 @@ class FastQwen2:
         # every cache slot is written before it is read (prompt now, position P+t at step t): no zero fill
         cache = torch.empty((len(layers), 2, B, H, P + max_new_tokens, hd), dtype=emb_w.dtype, device=dev)
         pos = (attention_mask.long().cumsum(-1) - 1).clamp(min=0)
-        cos_t, sin_t = self._rope_tables(emb_w.device, emb_w.dtype)
+        cos_t, sin_t = self._rope_tables(emb_w.device, emb_w.dtype, P + max_new_tokens)
         idx = torch.arange(P, device=dev)
         eye = torch.eye(P, dtype=torch.bool, device=dev)[None]
         mask = (((idx[None, :] <= idx[:, None])[None] & attention_mask.bool()[:, None, :]) | eye)[:, None]

@@ -30,6 +30,8 @@ def fast_path(model, reference: bool = False):
     """The model's ``FastQwen2`` (built once per model), or None where the HF forward must run."""
     if reference or _REFERENCE["on"]:
         return None
+    if model.get_input_embeddings().weight.dtype != torch.float32:
+        return None  # HF runs RMSNorm/RoPE in float32 for half-precision models; the fast path is float32 only
     f = _FAST.get(model)
     if f is None and _fast.supports(model):
         f = _FAST[model] = _fast.FastQwen2(model)
