@@ -1,14 +1,17 @@
 """A lean forward for Qwen2 decoders that reads the HF module's own parameters (training updates the real model).
 
-The transformers forward is the reference (tests compare against it to 1e-5); this one computes the same
-function with far fewer tensor ops, which is what sets the pace at pocket widths (64-128), where per-op
-dispatch, not FLOPs, dominates. What differs from the HF code, numerically only:
+The transformers forward is the reference (tests/pocket/test_fast.py holds this one to it within 1e-5); this
+one computes the same function with fewer and larger tensor ops, which is what sets the pace at pocket widths
+(64-128), where element-wise/attention kernels and per-op overhead cost as much as the matmuls. What differs
+from the HF code, numerically only:
   * q/k/v (and gate/up) projections are one matmul over concatenated weights (same products, other blocking);
   * RMSNorm is ``torch.nn.functional.rms_norm`` (one fused op instead of five);
   * rotate_half is a roll by half the head with the sign folded into the sin table (exact);
   * padding query rows attend to themselves instead of nothing (their outputs are never used; this keeps
     them finite, so no NaN reaches a gradient);
-  * generation writes keys/values into a preallocated cache instead of concatenating a growing one.
+  * generation writes keys/values into a preallocated cache instead of concatenating a growing one, and a
+    prompt shared by several samples is prefilled once;
+  * the last layer runs only the positions whose outputs are read (``rows``/``keep``).
 Only what the pocket sizes use is supported (see ``supports``); anything else runs the HF forward.
 """
 
