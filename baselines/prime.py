@@ -8,7 +8,10 @@ token) gets a leave-one-out baseline per prompt group: r~ = r * n/(n-1) - (sum_j
 j's mean reward over that source's positions. reward = process_coef * r~_process + outcome_coef * r~_outcome;
 returns = reverse cumsum (gamma 1); advantages = masked whitening of the returns over the batch.
 
-The implicit PRM is trained online with ``prm_loss`` (cross-entropy on sigmoid(beta * sum_t q_t) vs the outcome).
+The implicit PRM is trained online with ``prm_loss`` (cross-entropy on sigmoid(beta * sum_t q_t) vs the outcome):
+the estimator declares it as its ``AuxiliaryModel`` (``implicit_prm``), which every loss combined with
+``advantage: prime`` gets (verl recipe defaults: lr 1e-6, grad clip 10, update before the rewards); the ``prime``
+method exposes those as its ``prm_*`` hyperparameters.
 Deviation: groups of one response raise (the leave-one-out baseline divides by n - 1).
 """
 
@@ -16,7 +19,9 @@ import torch
 import torch.nn.functional as F
 
 from harness import ops
-from harness.method import Method, hparam, register_advantage, register_method
+import dataclasses
+
+from harness.method import AuxiliaryModel, Method, hparam, register_advantage, register_method
 
 PRIME_OPTIONS = {"beta": 0.05, "process_coef": 5.0, "outcome_coef": 5.0, "drop_last_process_reward": True,
                  "norm": "batch_norm"}
@@ -46,7 +51,25 @@ def leave_one_out(reward: torch.Tensor, positions: torch.Tensor, group: torch.Te
     return (reward * n / (n - 1) - group_sum[:, None] / (n - 1)) * pos
 
 
-@register_advantage("prime", options=PRIME_OPTIONS, extras=("prm_log_probs", "ref_log_probs"))
+def prm_loss(prm_log_probs: torch.Tensor, ref_log_probs: torch.Tensor, mask: torch.Tensor, acc: torch.Tensor,
+             beta: float = 0.05) -> torch.Tensor:
+    """PRIME's PRM cross-entropy: BCE(sigmoid(beta * sum_t (log pi_prm - log pi_ref)), acc), mean over responses.
+
+    Differentiable in ``prm_log_probs``; ``acc`` is the 0/1 outcome per response (B,).
+    """
+    valid = mask.bool()  # padding may hold anything (NaN): select, never multiply by the mask
+    q = prm_log_probs.masked_fill(~valid, 0.0) - ref_log_probs.detach().masked_fill(~valid, 0.0)
+    logits = beta * q.sum(-1)
+    return F.binary_cross_entropy_with_logits(logits, acc.to(logits.dtype))
+
+
+def implicit_prm(options: dict) -> AuxiliaryModel:
+    """PRIME's implicit PRM: trainable copy of the policy + frozen reference, trained with ``prm_loss``."""
+    return AuxiliaryModel("prm", provides=("prm_log_probs", "ref_log_probs"), loss=prm_loss, beta=options["beta"])
+
+
+@register_advantage("prime", options=PRIME_OPTIONS, extras=("prm_log_probs", "ref_log_probs"), auxiliary=implicit_prm,
+                    min_group_size=2)
 def prime_advantage(scores, group, n_groups, mask, options, *, prm_log_probs, ref_log_probs):
     """Implicit process rewards + outcome, leave-one-out per source, 5:5 mix, returns, whitening."""
     if options["norm"] not in ("batch_norm", "none"):
@@ -55,7 +78,9 @@ def prime_advantage(scores, group, n_groups, mask, options, *, prm_log_probs, re
     last = last_token_index(m)
     rows = torch.arange(m.shape[0])
     has_token = last >= 0
-    process = options["beta"] * (prm_log_probs.detach().float() - ref_log_probs.detach().float()) * m
+    valid = m.bool()  # padding may hold anything (NaN): zero it before any arithmetic
+    q = prm_log_probs.detach().float().masked_fill(~valid, 0.0) - ref_log_probs.detach().float().masked_fill(~valid, 0.0)
+    process = options["beta"] * q
     if options["drop_last_process_reward"]:
         process[rows[has_token], last[has_token]] = 0.0
     if options["norm"] == "batch_norm":
@@ -67,16 +92,6 @@ def prime_advantage(scores, group, n_groups, mask, options, *, prm_log_probs, re
               + options["outcome_coef"] * leave_one_out(outcome, outcome_pos, group, n_groups))
     returns = reverse_cumsum(reward * m)
     return ops.masked_whiten(returns, m) * m
-
-
-def prm_loss(prm_log_probs: torch.Tensor, ref_log_probs: torch.Tensor, mask: torch.Tensor, acc: torch.Tensor,
-             beta: float = 0.05) -> torch.Tensor:
-    """PRIME's PRM cross-entropy: BCE(sigmoid(beta * sum_t (log pi_prm - log pi_ref)), acc), mean over responses.
-
-    Differentiable in ``prm_log_probs``; ``acc`` is the 0/1 outcome per response (B,).
-    """
-    logits = beta * ((prm_log_probs - ref_log_probs.detach()) * mask.to(prm_log_probs.dtype)).sum(-1)
-    return F.binary_cross_entropy_with_logits(logits, acc.to(logits.dtype))
 
 
 @register_method("prime")
@@ -94,3 +109,9 @@ class PRIME(Method):
     @property
     def prm_beta(self) -> float:
         return self.estimator_options()["beta"]
+
+    def auxiliary_model(self):
+        spec = super().auxiliary_model()
+        if spec is None:  # prime's loss with another estimator: no PRM
+            return None
+        return dataclasses.replace(spec, lr=self.prm_lr, grad_clip=self.prm_grad_clip, update=self.prm_update)

@@ -27,22 +27,20 @@ class CovarianceMethod(Method):
         mean_a, mean_lp, n = covariance_means(advantages, log_probs, mask, active)
         return ops.token_covariance(advantages, log_probs, mask, means=(mean_a, mean_lp)), n, active
 
-    def choose(self, log_probs, old_log_probs, advantages, mask, generator, **reuse) -> torch.Tensor:
-        """(B,T) bool: the tokens this method acts on, over the population given. ``reuse`` carries tensors the
-        loss already computed (Clip-Cov's clip mask)."""
+    @property
+    def needs_global_plan(self) -> bool:
+        return self.scope == "global"
+
+    def selection_rule(self, log_probs, old_log_probs, advantages, mask, generator=None) -> torch.Tensor:
+        """The method's rule: (B,T) bool tokens it acts on over the population given (inputs detached)."""
         raise NotImplementedError
 
-    def select_tokens(self, log_probs, old_log_probs, advantages, mask, generator=None, **reuse):
+    def selection_plan(self, log_probs, old_log_probs, advantages, mask, *, entropy=None, generator=None):
+        """The rule over a whole mini-batch (``scope="global"``: across ranks too), for the backends to slice."""
         with torch.no_grad():
-            return self.choose(log_probs.detach(), old_log_probs.detach(), advantages.detach(), mask, generator,
-                               **reuse)
-
-    def selection(self, log_probs, old_log_probs, advantages, mask, generator, selected, **reuse) -> torch.Tensor:
-        """The precomputed plan slice when given, else a selection over the tensors given."""
-        if selected is not None:
-            return selected & mask.bool()
-        return self.select_tokens(log_probs, old_log_probs, advantages, mask, generator, **reuse)
+            return self.selection_rule(log_probs.detach(), old_log_probs.detach(), advantages.detach(), mask,
+                                       generator)
 
     def per_token_loss(self, log_probs, old_log_probs, advantages, mask, *, step=0, generator=None,
-                       selected=None) -> TokenLoss:
+                       selected=None, **_) -> TokenLoss:
         raise NotImplementedError

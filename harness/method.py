@@ -4,6 +4,14 @@
     policy_loss(log_probs, old_log_probs, advantages, mask, *, entropy=None, step=0, generator=None,
                 selected=None) -> LossOutput(loss, metrics)
 
+plus the capabilities a backend reads and calls (it never names a method; defaults are no-ops):
+``needs_entropy`` (pass the differentiable token entropy), ``needs_global_plan`` / ``selection_plan`` (one
+selection over the whole mini-batch, sliced into every micro-batch's ``selected=``), the estimator's ``extras``
+(``entropy`` = the rollout's detached token entropy at T=1, or the log-probs of ``auxiliary_model()``, e.g.
+PRIME's implicit PRM), and per-step state: ``on_step_end(row)`` after each step's updates with that step's
+metrics row, ``state_dict()`` / ``load_state_dict()`` saved in checkpoints. Keys ``<method name>/...`` in
+``LossOutput.metrics`` are logged to metrics.jsonl by every backend (token-weighted over micro-batches).
+
 A method is a dataclass of hyperparameters (each declared with ``hparam`` so it is validated and
 documented) that registers itself with ``@register_method("name")``. The default ``policy_loss`` does input
 checks, calls ``per_token_loss`` (the part a method overrides), aggregates with ``agg`` and adds the shared
@@ -21,7 +29,7 @@ import torch
 
 from harness import ops
 from harness.registry import Registry, suggestion
-from harness.validation import check_group_ids, check_mask, check_sample_tensor, check_token_tensor
+from harness.validation import check_group_ids, check_mask, check_sample_tensor, check_token_tensor, valid_tokens
 
 METHODS: Registry[type["Method"]] = Registry("method", autoload=["baselines", "methods"])
 ADVANTAGES: Registry["AdvantageEstimator"] = Registry("advantage estimator", autoload=["baselines", "methods"])
@@ -54,20 +62,57 @@ def hparam(default, help: str, *, choices=None, low=None, high=None, low_open: b
     return field(default=default, metadata=meta)
 
 
+ROLLOUT_EXTRAS = ("entropy",)  # estimator extras every backend produces from the rollout itself
+
+
+@dataclass(frozen=True)
+class AuxiliaryModel:
+    """A second trainable model an estimator needs (PRIME's implicit PRM); the backend runs it.
+
+    The backend keeps two copies of the policy as training starts (after any warm start): a trainable one
+    (AdamW, ``lr``, no weight decay, grad-norm clip ``grad_clip``, 0 = none) and a frozen reference. Each step
+    it computes the rollout's log-probs under both at the sampling temperature and, ``update="before"``, first
+    takes one optimizer step on ``loss(model_log_probs, reference_log_probs, mask, scores, beta=beta)`` (a mean
+    over responses, differentiable in the first argument) and re-runs the trainable model; ``"after"`` updates
+    after reading its log-probs. The two log-probs are the estimator extras named by ``provides``
+    (trainable, reference). The update's loss is logged as ``<name>/loss``.
+    """
+    name: str
+    provides: tuple[str, str]
+    loss: Callable[..., torch.Tensor]
+    beta: float
+    lr: float = 1e-6
+    grad_clip: float = 10.0
+    update: str = "before"
+
+
 @dataclass
 class AdvantageEstimator:
     """A registered advantage estimator: ``fn(scores, group, n_groups, mask, options, **extras) -> (B,T)``."""
     name: str
     fn: Callable[..., torch.Tensor]
     options: dict[str, Any]          # option name -> default
-    extras: tuple[str, ...] = ()     # required keyword tensors (PRIME's process-reward inputs)
+    extras: tuple[str, ...] = ()     # required keyword tensors: ROLLOUT_EXTRAS or the auxiliary model's
     help: str = ""
+    auxiliary: Callable[[dict], AuxiliaryModel] | None = None  # options -> the auxiliary model it needs
+    min_group_size: int = 1          # responses per prompt it needs (leave-one-out baselines: 2)
 
 
-def register_advantage(name: str, *, options: dict | None = None, extras: tuple[str, ...] = (), help: str = ""):
-    """Decorator registering an advantage estimator function under ``name``."""
+def register_advantage(name: str, *, options: dict | None = None, extras: tuple[str, ...] = (), help: str = "",
+                       auxiliary: Callable[[dict], AuxiliaryModel] | None = None, min_group_size: int = 1):
+    """Decorator registering an advantage estimator function under ``name``.
+
+    ``extras`` must be ones a backend can produce: ``ROLLOUT_EXTRAS`` or what ``auxiliary(options)`` provides.
+    """
     def deco(fn):
-        ADVANTAGES.register(name, AdvantageEstimator(name, fn, dict(options or {}), tuple(extras), help or fn.__doc__ or ""))
+        opts = dict(options or {})
+        producible = set(ROLLOUT_EXTRAS) | (set(auxiliary(opts).provides) if auxiliary else set())
+        missing = [e for e in extras if e not in producible]
+        if missing:
+            raise ValueError(f"advantage estimator {name!r}: extras {missing} cannot be produced by a backend; "
+                             f"allowed: {', '.join(ROLLOUT_EXTRAS)} or the tensors its auxiliary model provides")
+        ADVANTAGES.register(name, AdvantageEstimator(name, fn, opts, tuple(extras), help or fn.__doc__ or "",
+                                                     auxiliary, int(min_group_size)))
         return fn
     return deco
 
@@ -169,62 +214,114 @@ class Method:
         adv = estimator.fn(scores, group, n_groups, mask.float(), self.estimator_options(), **extras)
         return (adv * mask.float()).float()
 
+    def auxiliary_model(self) -> AuxiliaryModel | None:
+        """The auxiliary model the estimator needs (None: none). Methods may override its training settings."""
+        estimator = ADVANTAGES.get(self.advantage)
+        return estimator.auxiliary(self.estimator_options()) if estimator.auxiliary else None
+
+    def estimator_extras(self) -> tuple[str, ...]:
+        """The extra (B,T) tensors the backend must pass to ``advantages`` (see ``AdvantageEstimator.extras``)."""
+        return ADVANTAGES.get(self.advantage).extras
+
+    # -- capabilities: global selection plan, per-step state ------------------------------------------
+    @property
+    def needs_global_plan(self) -> bool:
+        """True: the backend calls ``selection_plan`` once per mini-batch and slices it into ``selected=``."""
+        return False
+
+    def selection_plan(self, log_probs, old_log_probs, advantages, mask, *, entropy=None,
+                       generator=None) -> torch.Tensor | None:
+        """(B,T) bool plan over a whole mini-batch from detached inputs; None for methods that select nothing."""
+        return None
+
+    def on_step_end(self, stats: dict) -> None:
+        """Called by the backend after each step's updates with that step's metrics row; no-op by default."""
+
+    def state_dict(self) -> dict:
+        """Per-step state to checkpoint (empty for stateless methods)."""
+        return {}
+
+    def load_state_dict(self, state: dict) -> None:
+        if state:
+            raise ValueError(f"{self.name}: holds no per-step state but a checkpoint has {sorted(state)}")
+
+    @property
+    def has_step_state(self) -> bool:
+        """Whether the method carries state across steps (it overrides ``on_step_end``)."""
+        return type(self).on_step_end is not Method.on_step_end
+
     # -- loss ---------------------------------------------------------------------------------------
-    def per_token_loss(self, log_probs, old_log_probs, advantages, mask, *, step=0, generator=None,
+    def per_token_loss(self, log_probs, old_log_probs, advantages, mask, *, entropy=None, step=0, generator=None,
                        selected=None) -> TokenLoss:
         """The PPO clipped surrogate per token: max(-A r, -A clip(r, 1-eps_low, 1+eps_high))."""
         loss, clipped = ppo_clip_token_loss(log_probs, old_log_probs, advantages, self.eps_low, self.eps_high)
         return TokenLoss(loss, clipped=clipped & mask.bool())
 
-    def select_tokens(self, log_probs, old_log_probs, advantages, mask, generator=None) -> torch.Tensor | None:
-        """Global-scope selection plan over a whole mini-batch; None for methods that select nothing."""
-        return None
-
     def policy_loss(self, log_probs, old_log_probs, advantages, mask, *, entropy=None, step: int = 0,
-                    generator: torch.Generator | None = None, selected: torch.Tensor | None = None) -> LossOutput:
-        """Aggregated loss (differentiable in log_probs) and diagnostics over the valid tokens given."""
+                    generator: torch.Generator | None = None, selected: torch.Tensor | None = None,
+                    cov_groups: bool = False) -> LossOutput:
+        """Aggregated loss (differentiable in log_probs) and diagnostics over the valid tokens given.
+
+        Inputs below float32 are upcast before the ratio (fp16 overflows exp(log-ratio) from ~11). A non-finite
+        loss raises ``FloatingPointError`` naming the method and the largest log-ratio. ``cov_groups=True`` adds
+        the covariance groups (``cov/...``) of the tokens given (a partition over them: on request only).
+        """
         mask = check_mask(mask)
-        log_probs = check_token_tensor("log_probs", log_probs, mask)
-        old_log_probs = check_token_tensor("old_log_probs", old_log_probs, mask)
-        advantages = check_token_tensor("advantages", advantages, mask)
+        valid = mask.bool()
+        # padding may hold anything (even NaN): zero it so no masked product can turn it into NaN
+        log_probs, old_log_probs, advantages = (
+            valid_tokens(name, x, valid) for name, x in (("log_probs", log_probs), ("old_log_probs", old_log_probs),
+                                                         ("advantages", advantages)))
         if entropy is not None:
-            entropy = check_token_tensor("entropy", entropy, mask)
+            entropy = valid_tokens("entropy", entropy, valid)
         if selected is not None:
             selected = check_token_tensor("selected", selected, mask, float_only=False).bool()
-        # padding may hold anything (even NaN): zero it so no masked product can turn it into NaN
-        valid = mask.bool()
-        log_probs, old_log_probs, advantages = (x.masked_fill(~valid, 0.0) for x in (log_probs, old_log_probs, advantages))
-        if entropy is not None:
-            entropy = entropy.masked_fill(~valid, 0.0)
-        tok = self.per_token_loss(log_probs, old_log_probs, advantages, mask, step=step, generator=generator,
-                                  selected=selected)
+        tok = self.per_token_loss(log_probs, old_log_probs, advantages, mask, entropy=entropy, step=step,
+                                  generator=generator, selected=selected)
         loss = ops.agg_loss(tok.loss, mask, self.agg)
         loss = self.extra_loss(loss, entropy, mask)
-        return LossOutput(loss, self.diagnostics(log_probs, old_log_probs, advantages, mask, entropy, tok))
+        metrics = self.diagnostics(log_probs, old_log_probs, advantages, mask, entropy, tok, cov_groups)
+        if not bool(torch.isfinite(loss.detach())):
+            raise FloatingPointError(
+                f"method {self.name}: the loss is not finite ({float(loss.detach())}); largest |log pi - log pi_old| "
+                f"on a valid token: {metrics['log_ratio/max_abs']:.4g} (exp overflows float32 above ~88.7, float16 "
+                f"above ~11: the policy moved too far from the behaviour policy)")
+        return LossOutput(loss, metrics)
 
     def extra_loss(self, loss: torch.Tensor, entropy, mask) -> torch.Tensor:
         """Terms added after aggregation (the entropy bonus); identity by default."""
         return loss
 
-    def diagnostics(self, log_probs, old_log_probs, advantages, mask, entropy, tok: TokenLoss) -> dict[str, float]:
+    def diagnostics(self, log_probs, old_log_probs, advantages, mask, entropy, tok: TokenLoss,
+                    cov_groups: bool = False) -> dict[str, float]:
+        """ppo_kl, ppo_kl_abs, log_ratio/max_abs, clipfrac, tokens, selected/count|frac, entropy/token_mean, the
+        method's own metrics and, on request, the covariance groups. Inputs are 0 on padding: plain sums."""
         with torch.no_grad():
-            m = mask.float()
-            n_valid = float(m.sum())
-            log_ratio = log_probs.detach().float() - old_log_probs.detach().float()
-            out = {
-                "ppo_kl": float(ops.masked_mean(-log_ratio, m)),
-                "ppo_kl_abs": float(ops.masked_mean(log_ratio.abs(), m)),
-                "clipfrac": float(ops.masked_mean(tok.clipped.float(), m)) if tok.clipped is not None else 0.0,
-                "tokens": n_valid,
-            }
-            n_sel = float((tok.selected & mask.bool()).sum()) if tok.selected is not None else 0.0
+            valid = mask.bool()
+            count = valid.sum()
+            n_valid = float(count)
+            log_ratio = log_probs.detach() - old_log_probs.detach()
+            abs_ratio = log_ratio.abs()
+            sums = {"ppo_kl": -log_ratio.sum(), "ppo_kl_abs": abs_ratio.sum()}
+            if tok.clipped is not None:
+                sums["clipfrac"] = tok.clipped.sum()
+            if entropy is not None:
+                sums["entropy/token_mean"] = entropy.detach().sum()
+            # float32 means with the verl denominator (sum(mask) + 1e-8), as ops.masked_mean; one sync
+            means = torch.stack([v.float() for v in sums.values()]) / (count.float() + ops.EPS_MEAN)
+            extra = [abs_ratio.max() if abs_ratio.numel() else count * 0.0]
+            if tok.selected is not None:
+                extra.append((tok.selected & valid).sum())
+            values = torch.cat([means.double(), torch.stack([e.double() for e in extra])]).tolist()
+            out = dict(zip(sums, values))
+            out.setdefault("clipfrac", 0.0)
+            out["log_ratio/max_abs"] = values[len(sums)]
+            out["tokens"] = n_valid
+            n_sel = values[len(sums) + 1] if tok.selected is not None else 0.0
             out["selected/count"] = n_sel
             out["selected/frac"] = n_sel / n_valid if n_valid else 0.0
-            if entropy is not None:
-                out["entropy/token_mean"] = float(ops.masked_mean(entropy.detach().float(), m))
-            valid = mask.bool()
-            cov = ops.token_covariance(advantages, log_probs, mask)[valid]
-            out.update(ops.covariance_groups(cov))
+            if cov_groups:
+                out.update(ops.covariance_groups(ops.token_covariance(advantages, log_probs, mask)[valid]))
             out.update(tok.metrics)
         return out
 

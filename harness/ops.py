@@ -13,7 +13,13 @@ import numpy as np
 import torch
 
 EPS_MEAN = 1e-8  # verl masked_mean / token-mean denominator
-AGG_MODES = ("token-mean", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm")
+# aggregation mode -> what one micro-batch's share of the mini-batch aggregate is weighted by (``micro_batch_weight``)
+AGG_SPLIT = {"token-mean": "tokens", "seq-mean-token-sum": "rows", "seq-mean-token-mean": "rows",
+             "seq-mean-token-sum-norm": "none"}
+AGG_MODES = tuple(AGG_SPLIT)
+# modes a data-parallel backend can rebuild from global normalisers (OpenRLHF's aggregate_loss: ``token_level_loss``
+# divides by the global token count, else per-row means over the global row count; ``global_normaliser_scale``)
+GLOBAL_NORMALISED_MODES = ("token-mean", "seq-mean-token-mean")
 COV_GROUPS = {"top_0.02pct": 2e-4, "top_0.2pct": 2e-3, "top_2pct": 2e-2, "top_20pct": 0.2, "top_50pct": 0.5}
 
 
@@ -83,6 +89,14 @@ def token_covariance(advantages: torch.Tensor, log_probs: torch.Tensor, mask: to
     return (a - means[0]) * (lp - means[1]) * m
 
 
+def covariance_term(advantages: torch.Tensor, log_probs: torch.Tensor, mask: torch.Tensor) -> float | None:
+    """The batch covariance term: mean of ``token_covariance`` over the valid tokens (None when there are none)."""
+    valid = mask.bool()
+    if not bool(valid.any()):
+        return None
+    return float(token_covariance(advantages, log_probs, mask)[valid].mean())
+
+
 def covariance_groups(cov_valid: torch.Tensor) -> dict[str, float]:
     """The paper's Table 1 view: mean covariance of all valid tokens and of the top 0.02/0.2/2/20/50 % groups.
 
@@ -123,6 +137,41 @@ def agg_loss(loss_mat: torch.Tensor, mask: torch.Tensor, mode: str = "token-mean
     if mode == "seq-mean-token-sum-norm":
         return (loss_mat * m).sum() / max(m.shape[-1], 1)
     raise ValueError(f"unknown aggregation mode {mode!r}; allowed: {', '.join(AGG_MODES)}")
+
+
+def micro_batch_weight(mode: str, micro_mask: torch.Tensor, mini_mask: torch.Tensor) -> float:
+    """Scale of a micro-batch's own ``agg_loss`` so that the sum over micro-batches is the mini-batch aggregate.
+
+    token-mean: its share of the mini-batch's valid tokens (exact; verl weights by sequence count instead);
+    seq-mean-*: its share of rows; seq-mean-token-sum-norm: 1 (a sum over tokens / the fixed width, additive).
+    """
+    split = AGG_SPLIT.get(mode)
+    if split == "tokens":
+        return float(micro_mask.sum()) / max(float(mini_mask.sum()), 1.0)
+    if split == "rows":
+        return micro_mask.shape[0] / mini_mask.shape[0]
+    if split == "none":
+        return 1.0
+    raise ValueError(f"unknown aggregation mode {mode!r}; allowed: {', '.join(AGG_MODES)}")
+
+
+def global_normaliser_scale(mode: str, mask: torch.Tensor, dp_size=1, batch_num_tokens=None,
+                            global_batch_size=None) -> torch.Tensor:
+    """Factor turning the local ``agg_loss`` of one micro-batch on one rank into its share of the aggregate with
+    global normalisers (OpenRLHF's ``aggregate_loss``): local_sum / global_count * dp_size, where the count is
+    tokens (token-mean) or non-empty rows (seq-mean-token-mean). Without the global count: 1."""
+    if mode not in GLOBAL_NORMALISED_MODES:
+        raise ValueError(f"aggregation mode {mode!r} has no global-normaliser form; allowed: "
+                         f"{', '.join(GLOBAL_NORMALISED_MODES)}")
+    m = mask.float()
+    if mode == "token-mean":
+        if batch_num_tokens is None:
+            return torch.ones((), device=m.device)
+        return (m.sum() + EPS_MEAN) / torch.as_tensor(batch_num_tokens, device=m.device, dtype=torch.float32) * dp_size
+    rows = (m.sum(-1) > 0).float().sum()
+    if global_batch_size is None:
+        return torch.ones((), device=m.device)
+    return rows / torch.as_tensor(global_batch_size, device=m.device, dtype=torch.float32) * dp_size
 
 
 # -- entropy ---------------------------------------------------------------------------------------

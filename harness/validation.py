@@ -36,6 +36,23 @@ def check_token_tensor(name: str, x, mask: torch.Tensor, *, float_only: bool = T
     return x
 
 
+def valid_tokens(name: str, x, valid: torch.Tensor) -> torch.Tensor:
+    """A (B,T) float input as the losses use it: at least float32 and 0 on padding (which may hold anything);
+    one finiteness pass over the result, whose failure names the first non-finite valid token."""
+    x = _tensor(name, x)
+    if tuple(x.shape) != tuple(valid.shape):
+        raise ValueError(f"{name} has shape {tuple(x.shape)} but mask has shape {tuple(valid.shape)}; "
+                         f"all token tensors must be (B, T) = {tuple(valid.shape)}")
+    if not x.is_floating_point():
+        raise TypeError(f"{name} must be a floating-point tensor, got {x.dtype}")
+    if x.dtype in (torch.float16, torch.bfloat16):
+        x = x.float()
+    x = x.masked_fill(~valid, 0.0)
+    if not bool(torch.isfinite(x.detach()).all()):
+        check_token_tensor(name, x, valid)  # raises, naming the first bad token
+    return x
+
+
 def check_sample_tensor(name: str, x, batch: int) -> torch.Tensor:
     x = _tensor(name, x)
     if x.dim() != 1 or x.shape[0] != batch:

@@ -29,7 +29,9 @@ class ClipCov(CovarianceMethod):
         if self.cov_lb >= self.cov_ub:
             raise ValueError(f"clip_cov: cov_lb={self.cov_lb} must be < cov_ub={self.cov_ub}")
 
-    def choose(self, log_probs, old_log_probs, advantages, mask, generator, clipped=None):
+    def selection_rule(self, log_probs, old_log_probs, advantages, mask, generator=None, clipped=None):
+        """Random max(1, floor(clip_ratio N)) of the unclipped tokens with lb < Cov < ub (``clipped``: the
+        loss's own PPO clip mask, reused)."""
         if clipped is None:
             _, clipped = ppo_clip_token_loss(log_probs, old_log_probs, advantages, self.eps_low, self.eps_high)
         cov, n, active = self.covariance(log_probs, advantages, mask)
@@ -41,7 +43,11 @@ class ClipCov(CovarianceMethod):
         selected[flat[chosen]] = True
         return selected.view(mask.shape)
 
-    def per_token_loss(self, log_probs, old_log_probs, advantages, mask, *, step=0, generator=None, selected=None):
+    def per_token_loss(self, log_probs, old_log_probs, advantages, mask, *, generator=None, selected=None, **_):
         loss, clipped = ppo_clip_token_loss(log_probs, old_log_probs, advantages, self.eps_low, self.eps_high)
-        chosen = self.selection(log_probs, old_log_probs, advantages, mask, generator, selected, clipped=clipped)
+        if selected is not None:  # the backend's mini-batch plan, sliced to these rows
+            chosen = selected & mask.bool()
+        else:
+            with torch.no_grad():
+                chosen = self.selection_rule(log_probs.detach(), old_log_probs, advantages, mask, generator, clipped)
         return TokenLoss(loss * (~chosen).to(loss.dtype), clipped=clipped & mask.bool(), selected=chosen)

@@ -32,15 +32,21 @@ class KLCov(CovarianceMethod):
             return self.beta * max(0.0, 1.0 - step / self.anneal_steps)
         return self.beta
 
-    def choose(self, log_probs, old_log_probs, advantages, mask, generator, **reuse):
+    def selection_rule(self, log_probs, old_log_probs, advantages, mask, generator=None):
+        """The K largest-covariance valid tokens (ties by position)."""
         cov, n, active = self.covariance(log_probs, advantages, mask)
         k = max(1, int(n * self.k_ratio)) if n > 0 else 0
         ranked = cov.masked_fill(~mask.bool(), -torch.inf).flatten()  # padding can never win; no compaction copy
         return top_k_mask(ranked, k, active).view(mask.shape)
 
-    def per_token_loss(self, log_probs, old_log_probs, advantages, mask, *, step=0, generator=None, selected=None):
+    def per_token_loss(self, log_probs, old_log_probs, advantages, mask, *, step=0, generator=None, selected=None,
+                       **_):
         log_ratio = log_probs - old_log_probs
-        chosen = self.selection(log_probs, old_log_probs, advantages, mask, generator, selected)
+        if selected is not None:  # the backend's mini-batch plan, sliced to these rows
+            chosen = selected & mask.bool()
+        else:
+            with torch.no_grad():
+                chosen = self.selection_rule(log_probs.detach(), old_log_probs, advantages, mask, generator)
         beta = self.beta_at(step)
         loss = -advantages * torch.exp(log_ratio) + beta * log_ratio.abs() * chosen.to(log_ratio.dtype)
         return TokenLoss(loss, clipped=torch.zeros_like(chosen), selected=chosen,

@@ -25,7 +25,7 @@ def batch_dz(m, z, z_old, actions, adv, *, step=0, generator=None, entropy_coef=
     old = logp(z_old)[actions][None, :]
     mask = torch.ones_like(lp)
     ent = entropy(zz).expand_as(lp) if entropy_coef else None
-    sel = m.select_tokens(lp.detach(), old, adv, mask, generator=generator)
+    sel = m.selection_plan(lp.detach(), old, adv, mask, generator=generator)
     out = m.policy_loss(lp, old, adv, mask, entropy=ent, step=step, generator=generator, selected=sel)
     (g,) = torch.autograd.grad(out.loss, zz)
     if with_frac:
@@ -335,7 +335,7 @@ def prop_vii1() -> dict:
         if rounding is not None:  # many exact ties
             lp, adv = lp.round(decimals=rounding), adv.round(decimals=rounding)
         mask = torch.ones(1, n)
-        sel = kl_m.select_tokens(lp, lp, adv, mask)[0].numpy()
+        sel = kl_m.selection_plan(lp, lp, adv, mask)[0].numpy()
         cov = harness.ops.token_covariance(adv, lp, mask)[0].numpy()
         same.append(bool((sel == linear_topk(cov, max(1, int(n * 2e-3)))).all()))
     sizes = [2 ** e for e in range(14, 20)]
@@ -345,8 +345,8 @@ def prop_vii1() -> dict:
         shape = (n // 1024, 1024)
         lp, adv, mask = -torch.rand(shape, generator=gen) * 5, torch.randn(shape, generator=gen), torch.ones(shape)
         arr = lp.flatten().numpy()
-        fns = {"kl_cov.select_tokens": lambda: kl_m.select_tokens(lp, lp, adv, mask),
-               "clip_cov.select_tokens": lambda: cc_m.select_tokens(lp, lp, adv, mask, generator=gen),
+        fns = {"kl_cov.select_tokens": lambda: kl_m.selection_plan(lp, lp, adv, mask),
+               "clip_cov.select_tokens": lambda: cc_m.selection_plan(lp, lp, adv, mask, generator=gen),
                "numpy.partition (introselect)": lambda: np.partition(arr, n - int(n * 2e-3)),
                "torch.sort": lambda: torch.sort(lp.flatten()),
                "linear pass (covariance)": lambda: harness.ops.token_covariance(adv, lp, mask)}

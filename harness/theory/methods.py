@@ -31,7 +31,7 @@ class FallbackClipCov:
     def __init__(self, clip_ratio=2e-4, lb=1.0, ub=5.0, eps=1.0):
         self.r, self.lb, self.ub, self.eps = clip_ratio, lb, ub, eps
 
-    def select_tokens(self, log_probs, old_log_probs, A, mask, generator=None):
+    def selection_plan(self, log_probs, old_log_probs, A, mask, *, entropy=None, generator=None):
         ratio = (log_probs - old_log_probs).exp()
         l1, l2 = -A * ratio, -A * ratio.clamp(1 - self.eps, 1 + self.eps)
         m = mask.bool()
@@ -47,7 +47,7 @@ class FallbackClipCov:
 
     def policy_loss(self, log_probs, old_log_probs, A, mask, *, generator=None, selected=None, **_):
         if selected is None:
-            selected = self.select_tokens(log_probs, old_log_probs, A, mask, generator)
+            selected = self.selection_plan(log_probs, old_log_probs, A, mask, generator=generator)
         ratio = (log_probs - old_log_probs).exp()
         l = torch.maximum(-A * ratio, -A * ratio.clamp(1 - self.eps, 1 + self.eps)) * (~selected)
         return Out((l * mask).sum() / mask.sum(), {"selected/count": float(selected.sum())})
@@ -59,7 +59,7 @@ class FallbackKLCov:
     def __init__(self, k_ratio=2e-3, beta=1.0):
         self.k, self.beta = k_ratio, beta
 
-    def select_tokens(self, log_probs, old_log_probs, A, mask, generator=None):
+    def selection_plan(self, log_probs, old_log_probs, A, mask, *, entropy=None, generator=None):
         m = mask.bool().flatten()
         idx = m.nonzero().flatten()
         a, lp = A.flatten()[idx], log_probs.detach().flatten()[idx]
@@ -70,7 +70,7 @@ class FallbackKLCov:
 
     def policy_loss(self, log_probs, old_log_probs, A, mask, *, generator=None, selected=None, **_):
         if selected is None:
-            selected = self.select_tokens(log_probs, old_log_probs, A, mask, generator)
+            selected = self.selection_plan(log_probs, old_log_probs, A, mask, generator=generator)
         lr = log_probs - old_log_probs
         l = -A * lr.exp() + self.beta * lr.abs() * selected
         return Out((l * mask).sum() / mask.sum(), {"selected/count": float(selected.sum())})
@@ -104,7 +104,7 @@ def source(m) -> str:
 def token_grads(m, log_probs, old_log_probs, A, mask, generator=None):
     """(loss, dL/dlog_probs per token, selected mask) from the method's own loss code."""
     lp = log_probs.detach().clone().requires_grad_(True)
-    sel = m.select_tokens(lp.detach(), old_log_probs, A, mask, generator=generator)
+    sel = m.selection_plan(lp.detach(), old_log_probs, A, mask, generator=generator)
     out = m.policy_loss(lp, old_log_probs, A, mask, generator=generator, selected=sel)
     (g,) = torch.autograd.grad(out.loss, lp)
     return out.loss.detach(), g, sel

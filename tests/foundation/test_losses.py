@@ -110,7 +110,7 @@ def test_clip_cov_draw_matches_the_official_randperm_for_the_same_rng_state():
     lp = -torch.rand(16, 64) * 4
     mask = torch.ones(16, 64)
     m = harness.get_method("clip_cov", clip_ratio=0.01)  # max(floor(0.01 * 1024), 1) = 10 tokens
-    chosen = m.select_tokens(lp, lp, adv, mask, generator=torch.Generator().manual_seed(7))
+    chosen = m.selection_plan(lp, lp, adv, mask, generator=torch.Generator().manual_seed(7))
     cov = ops.token_covariance(adv, lp, mask)
     cand = ((cov > 1) & (cov < 5)).nonzero()  # nothing is PPO-clipped on-policy
     official = cand[torch.randperm(len(cand), generator=torch.Generator().manual_seed(7))[:10]]
@@ -196,7 +196,7 @@ def test_clip_cov_seeded_determinism():
     lp = -torch.rand(32, 32) * 5
     mask = torch.ones(32, 32)
     m = harness.get_method("clip_cov", clip_ratio=0.02)
-    pick = lambda seed: m.select_tokens(lp, lp, adv, mask, generator=torch.Generator().manual_seed(seed))  # noqa: E731
+    pick = lambda seed: m.selection_plan(lp, lp, adv, mask, generator=torch.Generator().manual_seed(seed))  # noqa: E731
     assert torch.equal(pick(3), pick(3))
     assert not all(torch.equal(pick(3), pick(s)) for s in range(4, 10))
 

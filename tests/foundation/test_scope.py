@@ -53,7 +53,7 @@ def test_micro_batch_scope_depends_on_the_split():
 def test_global_scope_selects_the_same_tokens_whole_or_split(name, hp):
     lp, old, adv, mask = _minibatch(1)
     m = harness.get_method(name, scope="global", **hp)
-    plan = m.select_tokens(lp, old, adv, mask, generator=torch.Generator().manual_seed(0))
+    plan = m.selection_plan(lp, old, adv, mask, generator=torch.Generator().manual_seed(0))
     whole_sel, whole_grad = _fed_in(m, lp, old, adv, mask, 1)
     assert torch.equal(whole_sel, plan) and plan.sum() >= 1
     for n in (2, 8):
@@ -67,7 +67,7 @@ def test_global_scope_selects_the_same_tokens_whole_or_split(name, hp):
 
 def test_global_scope_across_data_parallel_ranks_matches_one_process(tmp_path):
     lp, old, adv, mask = _minibatch(2)
-    single = harness.get_method("kl_cov", scope="global", k_ratio=0.01).select_tokens(lp, old, adv, mask)
+    single = harness.get_method("kl_cov", scope="global", k_ratio=0.01).selection_plan(lp, old, adv, mask)
     for name, key in [("kl_cov", "k_ratio"), ("clip_cov", "clip_ratio")]:
         init = tmp_path / f"init-{name}"
         outs = [tmp_path / f"{name}-{r}.pt" for r in range(2)]

@@ -90,7 +90,7 @@ def test_entropy_bonus_counted_once(configure, make_trainer):
 
 def test_global_scope_plan_is_independent_of_micro_batching(configure, make_trainer):
     """scope: global plans once per optimizer window over all its micro-batches: the union of the per-micro
-    plans equals one select_tokens over the whole mini-batch, whatever the split."""
+    plans equals one selection_plan over the whole mini-batch, whatever the split."""
     import harness
     import openrlhf.trainer.ray.ppo_actor as ppo_actor
 
@@ -103,7 +103,7 @@ def test_global_scope_plan_is_independent_of_micro_batching(configure, make_trai
     with torch.no_grad():
         lp = trainer.actor(full.sequences, full.action_mask, attention_mask=full.attention_mask)
     m = harness.get_method("kl_cov", k_ratio=0.15, scope="global")
-    expected = m.select_tokens(lp, full.action_log_probs, full.advantages, full.action_mask)
+    expected = m.selection_plan(lp, full.action_log_probs, full.advantages, full.action_mask)
     assert 0 < int(expected.sum()) < int(full.action_mask.sum())
 
     from openrlhf.trainer.ppo_utils.experience import Experience
@@ -166,7 +166,7 @@ def test_real_ppo_train_selects_over_the_window(scope, configure, make_trainer, 
 
 def test_global_scope_across_two_dp_ranks(tiny_model_dir, tmp_path, configure, make_trainer):
     """Two gloo ranks, each with half of the mini-batch in two micro-batches: the planner's collectives
-    (through method.select_tokens) give the same tokens as one process selecting over all 8 rows."""
+    (through method.selection_plan) give the same tokens as one process selecting over all 8 rows."""
     import socket
 
     import harness
@@ -187,7 +187,7 @@ def test_global_scope_across_two_dp_ranks(tiny_model_dir, tmp_path, configure, m
     with torch.no_grad():
         lp = trainer.actor(full.sequences, full.action_mask, attention_mask=full.attention_mask)
     m = harness.get_method("kl_cov", k_ratio=0.15, scope="global")
-    expected = m.select_tokens(lp, full.action_log_probs, full.advantages, full.action_mask)
+    expected = m.selection_plan(lp, full.action_log_probs, full.advantages, full.action_mask)
     got = torch.cat([p["plan"] for p in parts])
     assert parts[0]["tokens"] == float(full.action_mask.sum()) / 2  # OpenRLHF's window norm: all ranks / gas
     assert int(expected.sum()) == max(1, int(0.15 * int(full.action_mask.sum())))

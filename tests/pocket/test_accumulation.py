@@ -27,7 +27,7 @@ def _grads(tiny, tmp_path, method, micro, plan_scope=None):
     if plan_scope == "global":
         with torch.no_grad():
             cur, _ = token_logprobs(tr.model, batch)
-        plan = tr.method.select_tokens(cur, old, adv, batch.mask, generator=make_generator(0, 1, "method"))
+        plan = tr.method.selection_plan(cur, old, adv, batch.mask, generator=make_generator(0, 1, "method"))
     tr.model.train()
     tr.model.zero_grad(set_to_none=True)
     n_tok, _, n_sel = tr.accumulate_gradients(1, batch, old, adv, plan, make_generator(0, 1, "method"))

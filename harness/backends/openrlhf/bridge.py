@@ -36,9 +36,11 @@ def _number(v):
 
 
 def to_harness_metrics(status: dict, step: int, prev_entropy: float | None = None,
-                       wall_s: float | None = None) -> dict:
-    """One ``metrics.jsonl`` row from an OpenRLHF step status dict."""
+                       wall_s: float | None = None, method_name: str | None = None) -> dict:
+    """One ``metrics.jsonl`` row from an OpenRLHF step status dict; the method's own ``<method_name>/...``
+    metrics keep their names."""
     row = {"step": int(step)}
+    prefixes = PASS_PREFIXES + ((f"{method_name}/",) if method_name else ())
     used = set()
     for key, sources in RENAMES.items():
         for src in sources:
@@ -51,7 +53,7 @@ def to_harness_metrics(status: dict, step: int, prev_entropy: float | None = Non
         value = _number(value)
         if value is None or key in used:
             continue
-        if key.startswith(PASS_PREFIXES):
+        if key.startswith(prefixes):
             row[key] = value
         else:
             row[f"openrlhf/{key}"] = value

@@ -23,7 +23,7 @@ REWARD_FILE = str(Path(__file__).with_name("reward.py"))
 EXTRA = "pip install 'entropy-harness[openrlhf]' (GPU: also vllm==0.29.0 and flash-attn==2.8.3, or the [gpu] extra)"
 
 ESTIMATORS = {"grpo": "group_norm", "rloo": "rloo"}  # harness advantage -> OpenRLHF built-in base estimator
-AGG_MODES = ("token-mean", "seq-mean-token-mean")      # the two OpenRLHF's aggregate_loss implements
+ORL_EXTRAS: tuple[str, ...] = ()  # advantage-estimator extras this backend produces
 BUILTIN_EQUIVALENT = ("grpo", "rloo", "clip_higher", "entropy_bonus")
 from harness.backends.openrlhf.options import (  # noqa: E402,F401  (re-exported: the launcher's names)
     REWARDS,
@@ -84,13 +84,26 @@ def _num(x) -> str:
 
 def method_flags(method, opts: OpenRLHFOptions) -> list[str]:
     """The OpenRLHF flags that express ``method`` with built-ins (exact for BUILTIN_EQUIVALENT methods)."""
-    if method.name == "prime" or method.advantage == "prime":
+    aux = method.auxiliary_model()
+    if aux is not None:
         raise OpenRLHFConfigError(
-            "method prime is not supported on the OpenRLHF backend: its implicit PRM is a second trainable model "
-            "that OpenRLHF 0.11.2 has no role for (see docs/openrlhf.md, 'PRIME'). Run it with backend: pocket.")
+            f"method {method.name} with advantage: {method.advantage} is not supported on the OpenRLHF backend: the "
+            f"estimator's auxiliary model ({aux.name}, e.g. PRIME's implicit PRM) is a second trainable model that "
+            f"OpenRLHF 0.11.2 has no role for (see docs/openrlhf.md, 'PRIME'). Run it with backend: pocket.")
+    rollout_extras = [e for e in method.estimator_extras() if e not in ORL_EXTRAS]
+    if rollout_extras:
+        raise OpenRLHFConfigError(
+            f"method.advantage: {method.advantage!r} needs the rollout's {', '.join(rollout_extras)} per token, which "
+            f"the OpenRLHF backend does not pass to the advantage estimator yet. Run it with backend: pocket.")
+    if method.has_step_state:
+        raise OpenRLHFConfigError(
+            f"method {method.name} carries state across steps (on_step_end), which the OpenRLHF backend does not "
+            f"feed back to its policy workers yet. Run it with backend: pocket.")
     if method.advantage not in ESTIMATORS:
         raise OpenRLHFConfigError(f"method.advantage: {method.advantage!r} is not supported on the OpenRLHF backend. "
                                   f"Allowed: {', '.join(ESTIMATORS)}")
+    from harness.ops import GLOBAL_NORMALISED_MODES as AGG_MODES  # what OpenRLHF's aggregate_loss implements
+
     if method.agg not in AGG_MODES:
         raise OpenRLHFConfigError(f"method.agg: {method.agg!r} is not supported on the OpenRLHF backend (its "
                                   f"aggregate_loss has no such mode). Allowed: {', '.join(AGG_MODES)}")
@@ -148,9 +161,8 @@ def build_plan(config, run_dir: str | os.PathLike) -> LaunchPlan:
     if opts.colocate and engines * opts.vllm_tp != world:
         raise OpenRLHFConfigError(f"openrlhf.vllm_engines: colocated runs need vllm_engines x vllm_tp == actor GPUs "
                                   f"({engines} x {opts.vllm_tp} != {world}); set colocate: false or fix the counts")
-    scope = getattr(method, "scope", None)
     extra_keys = {str(k) for k in opts.extra_flags}
-    if scope == "global":
+    if method.needs_global_plan:
         bad = extra_keys & {"--train.dynamic_batch_enable", "--ds.ring_attn_size", "--ds.tensor_parallel_size"}
         if bad:
             raise OpenRLHFConfigError(f"method.scope: global selection plans over fixed micro-batch windows; it "

@@ -3,9 +3,10 @@
 * ``ppo_actor.PolicyLoss`` -> ``HarnessPolicyLoss``: the method's ``policy_loss`` (entropy bonus included)
   rescaled to OpenRLHF's global normalisers, so DP and gradient accumulation scale exactly as upstream.
 * ``ActorPPOTrainer.training_step``: hands the loss its experience (for metrics), the entropy of the training
-  forward and, for ``scope: global``, the mini-batch selection plan.
-* ``ppo_actor.iter_grad_accum_global_norm``: for ``scope: global``, one extra no-grad forward over each
-  optimizer-step window, then ``method.select_tokens`` over the whole window (collectives across DP ranks).
+  forward and, for a method that ``needs_global_plan``, its slice of the mini-batch selection plan.
+* ``ppo_actor.iter_grad_accum_global_norm``: when the method ``needs_global_plan``, one extra no-grad forward
+  over each optimizer-step window (with the entropy when ``needs_entropy``), then ``method.selection_plan`` over
+  the whole window (collectives across DP ranks).
 * ``RemoteExperienceMaker.compute_advantages_and_returns``: upstream's (length penalties, returns, logs), then
   the advantages replaced by ``method.advantages`` over the whole rollout.
 * ``BasePPOTrainer.save_logs_and_checkpoints``: appends our ``metrics.jsonl`` line; stops after ``steps``.
@@ -23,7 +24,7 @@ from typing import Any
 
 from harness.backends.openrlhf.flags import PLUGIN_ENV
 
-SKIP_METRICS = {"tokens", "ppo_kl", "clipfrac", "selected/count", "entropy/token_mean"}
+SKIP_METRICS = {"tokens", "ppo_kl", "clipfrac", "selected/count", "entropy/token_mean", "log_ratio/max_abs"}
 
 
 class _State:
@@ -84,21 +85,12 @@ def generator():
 
 # --------------------------------------------------------------------------------------------- loss
 def normaliser_scale(mask, token_level: bool, dp_size=1, batch_num_tokens=None, global_batch_size=None):
-    """Factor turning the method's local mean (token-mean or seq-mean-token-mean over this micro-batch) into
-    OpenRLHF's ``aggregate_loss`` with the global normalisers: local_sum / global_count * dp_size."""
-    import torch
+    """``ops.global_normaliser_scale`` for OpenRLHF's ``token_level_loss`` switch (token-mean or
+    seq-mean-token-mean)."""
+    from harness.ops import global_normaliser_scale
 
-    from harness.ops import EPS_MEAN
-
-    m = mask.float()
-    if token_level:
-        if batch_num_tokens is None:
-            return torch.ones((), device=m.device)
-        return (m.sum() + EPS_MEAN) / torch.as_tensor(batch_num_tokens, device=m.device, dtype=torch.float32) * dp_size
-    rows = (m.sum(-1) > 0).float().sum()
-    if global_batch_size is None:
-        return torch.ones((), device=m.device)
-    return rows / torch.as_tensor(global_batch_size, device=m.device, dtype=torch.float32) * dp_size
+    mode = "token-mean" if token_level else "seq-mean-token-mean"
+    return global_normaliser_scale(mode, mask, dp_size, batch_num_tokens, global_batch_size)
 
 
 def make_policy_loss_class(base):
@@ -123,7 +115,7 @@ def make_policy_loss_class(base):
                                    f"(--actor.entropy_coef must be set)")
             selected = self.selected.to(mask.device) if self.selected is not None else None
             out = m.policy_loss(log_probs, old_log_probs, advantages, mask, entropy=entropy, step=self.step,
-                                generator=generator(), selected=selected)
+                                generator=generator(), selected=selected, cov_groups=True)
             scale = normaliser_scale(mask, bool(self.token_level_loss), dp_size, batch_num_tokens, global_batch_size)
             loss = out.loss * scale
             device = log_probs.device
@@ -276,11 +268,11 @@ def attach_rollout_entropy(experience) -> None:
 
 
 def make_planning_iterator(orig_iter):
-    """Wrap ``iter_grad_accum_global_norm``: for scope: global, plan the selection over each optimizer-step
-    window before its first micro-batch is trained (decided per call, from the method)."""
+    """Wrap ``iter_grad_accum_global_norm``: for a method that ``needs_global_plan``, plan the selection over each
+    optimizer-step window before its first micro-batch is trained (decided per call, from the method)."""
 
     def planned(data_iter, strategy, accumulated_gradient, mask_fn):
-        if getattr(method(), "scope", None) != "global":  # micro_batch scope: the loss selects per micro-batch
+        if not method().needs_global_plan:  # the loss selects per micro-batch
             yield from orig_iter(data_iter, strategy, accumulated_gradient, mask_fn)
             return
         gas = max(int(accumulated_gradient), 1)
@@ -299,29 +291,37 @@ def make_planning_iterator(orig_iter):
 
 
 def plan_window(experiences) -> None:
-    """No-grad forward of the current policy over every micro-batch of the window, one ``select_tokens`` call
+    """No-grad forward of the current policy over every micro-batch of the window, one ``selection_plan`` call
     over their union (padded to a common width), and each micro-batch's slice stored on the experience."""
     import torch
 
     trainer, m = STATE.trainer, method()
     if trainer is None:
-        raise RuntimeError("scope: global planning needs ActorPPOTrainer.ppo_train (not patched?)")
+        raise RuntimeError("global selection planning needs ActorPPOTrainer.ppo_train (not patched?)")
     device = torch.cuda.current_device() if torch.cuda.is_available() else "cpu"
-    lps = []
+    lps, ents = [], []
     trainer.actor.train()
     with torch.no_grad():
         for e in experiences:
             e.to_device(device)
-            lps.append(trainer.actor(e.sequences, e.action_mask, attention_mask=e.attention_mask,
-                                     ring_attn_group=trainer.strategy.ring_attn_group).float())
+            if m.needs_entropy:
+                lp, output = trainer.actor(e.sequences, e.action_mask, attention_mask=e.attention_mask,
+                                           ring_attn_group=trainer.strategy.ring_attn_group, return_output=True,
+                                           return_entropy=True)
+                ents.append(output.entropy[:, -e.action_mask.shape[1]:].float())
+            else:
+                lp = trainer.actor(e.sequences, e.action_mask, attention_mask=e.attention_mask,
+                                   ring_attn_group=trainer.strategy.ring_attn_group)
+            lps.append(lp.float())
     width = max(e.action_mask.shape[1] for e in experiences)
 
     def cat(tensors):
         return torch.cat([torch.nn.functional.pad(t.float(), (0, width - t.shape[1])) for t in tensors])
 
     masks = [e.action_mask for e in experiences]
-    plan = m.select_tokens(cat(lps), cat([e.action_log_probs for e in experiences]),
-                           cat([e.advantages for e in experiences]), cat(masks), generator=generator())
+    plan = m.selection_plan(cat(lps), cat([e.action_log_probs for e in experiences]),
+                            cat([e.advantages for e in experiences]), cat(masks),
+                            entropy=cat(ents) if ents else None, generator=generator())
     if plan is None:
         return
     row = 0
@@ -355,13 +355,14 @@ def covariance_term(experiences) -> float | None:
     """Batch covariance term: token-level mean of (A - mean A)(log pi_old - mean log pi_old) over the rollout."""
     import torch
 
+    from harness.ops import covariance_term as term
+
     if any(e.action_log_probs is None for e in experiences):
         return None
-    a = torch.cat([e.advantages.float()[e.action_mask.bool()] for e in experiences])
-    lp = torch.cat([e.action_log_probs.float()[e.action_mask.bool()] for e in experiences])
-    if a.numel() == 0:
-        return None
-    return float(((a - a.mean()) * (lp - lp.mean())).mean())
+    valid = [e.action_mask.bool() for e in experiences]
+    a = torch.cat([e.advantages.float()[v] for e, v in zip(experiences, valid)])[None]
+    lp = torch.cat([e.action_log_probs.float()[v] for e, v in zip(experiences, valid)])[None]
+    return term(a, lp, torch.ones_like(a))
 
 
 def patch_experience_maker(module) -> None:
@@ -394,7 +395,8 @@ def patch_ppo_trainer(module) -> None:
     def save_logs_and_checkpoints(self, global_step, logs_dict=None, client_states=None):
         cfg = plugin_config()
         if logs_dict:
-            row = bridge.to_harness_metrics(logs_dict, global_step, STATE.prev_entropy, time.time() - STATE.t0)
+            row = bridge.to_harness_metrics(logs_dict, global_step, STATE.prev_entropy, time.time() - STATE.t0,
+                                            method_name=(cfg.get("method") or {}).get("name"))
             STATE.prev_entropy = row.get("entropy", STATE.prev_entropy)
             eval_due = getattr(self, "eval_dataloader", None) and global_step % self.args.eval.steps == 0
             if eval_due and cfg.get("eval"):
@@ -427,4 +429,4 @@ def patch_ppo_trainer(module) -> None:
 def describe() -> dict[str, Any]:
     """What the plugin would do with the current config (for logs and tests)."""
     m = method()
-    return {"method": m.name, "scope": getattr(m, "scope", None), "needs_entropy": m.needs_entropy}
+    return {"method": m.name, "needs_global_plan": m.needs_global_plan, "needs_entropy": m.needs_entropy}

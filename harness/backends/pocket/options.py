@@ -43,3 +43,18 @@ def validate(cfg) -> None:
         raise ConfigError(
             f"train.updates_per_rollout: {t.updates_per_rollout} mini-batches need at least that many sequences, "
             f"but a rollout has prompts_per_step*samples_per_prompt = {t.prompts_per_step * t.samples_per_prompt}")
+    _check_group_size(cfg)
+
+
+def _check_group_size(cfg) -> None:
+    """Estimators with leave-one-out baselines (PRIME) need samples_per_prompt >= their min_group_size."""
+    from harness.method import ADVANTAGES, METHODS
+
+    try:
+        advantage = cfg.method_hparams.get("advantage") or METHODS.get(cfg.method_name).hparams()["advantage"].default
+        estimator = ADVANTAGES.get(advantage)
+    except KeyError:  # an unknown method/estimator is reported by the method section's own check
+        return
+    if cfg.train.samples_per_prompt < estimator.min_group_size:
+        raise ConfigError(f"train.samples_per_prompt: {cfg.train.samples_per_prompt}; the {estimator.name} advantage "
+                          f"estimator needs at least {estimator.min_group_size} responses per prompt")

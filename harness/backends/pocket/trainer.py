@@ -5,11 +5,13 @@ One step (docs/pocket.md has the full picture):
   2. Exact-verifier rewards. Optional DAPO dynamic filtering drops groups whose rewards are all equal and
      draws more rollout batches (up to ``max_gen_batches``) to refill the step.
   3. Eval-mode forward: old log-probs and the official entropy metric (T=1, token mean per response, then
-     mean over responses). PRIME: implicit-PRM and frozen-reference log-probs, PRM trained online.
+     mean over responses). The estimator's extras: the rollout's token entropy, and the log-probs of the
+     method's auxiliary model (PRIME's implicit PRM, trained online) and of its frozen reference.
   4. ``method.advantages``; the batch is shuffled and split into ``updates_per_rollout`` mini-batches, each an
-     AdamW step (grad-norm clip) over micro-batches whose token-mean losses are weighted by their share of the
-     mini-batch's tokens (an exact token-mean; the official code weights by sequence count). Global-scope
-     covariance methods get one ``select_tokens`` plan per mini-batch.
+     AdamW step (grad-norm clip) over micro-batches weighted by ``ops.micro_batch_weight`` (token-mean: an exact
+     token mean; the official code weights by sequence count). A method that ``needs_global_plan`` gets one
+     ``selection_plan`` per mini-batch.
+  5. ``method.on_step_end(row)`` with the step's metrics row; the method's ``state_dict`` is checkpointed.
 Every random draw comes from a generator seeded by (seed, step, purpose), so a resumed run replays exactly.
 """
 
@@ -131,26 +133,25 @@ class PocketTrainer:
         fused = self.device.type in ("cpu", "cuda")
         self.opt = torch.optim.AdamW(self.model.parameters(), lr=cfg.train.lr, betas=(0.9, 0.999),
                                      weight_decay=cfg.train.weight_decay, fused=fused)
-        self.prime = self.method.advantage == "prime"
-        if self.prime:
-            if cfg.train.samples_per_prompt < 2:
-                raise ValueError("train.samples_per_prompt: PRIME's leave-one-out baseline needs at least 2")
-            # implicit PRM and frozen reference both start from the (warm-started) policy, as in PRIME
-            self.prm = copy.deepcopy(self.model)
+        self.aux = self.method.auxiliary_model()
+        if self.aux is not None:
+            # the auxiliary model and its frozen reference both start from the (warm-started) policy (PRIME)
+            self.aux_model = copy.deepcopy(self.model)
             self.ref = copy.deepcopy(self.model).eval()
             for p in self.ref.parameters():
                 p.requires_grad_(False)
-            self.prm_opt = torch.optim.AdamW(self.prm.parameters(), lr=getattr(self.method, "prm_lr", 1e-6),
-                                             weight_decay=0.0, fused=fused)
+            self.aux_opt = torch.optim.AdamW(self.aux_model.parameters(), lr=self.aux.lr, weight_decay=0.0,
+                                             fused=fused)
         self.sinks = _make_sinks(cfg, self.run_dir)
 
     # ------------------------------------------------------------------------------------ checkpoints
     def save_checkpoint(self, step: int) -> None:
         blob = {"step": step, "model": self.model.state_dict(), "opt": self.opt.state_dict(),
                 "prev_entropy": self.prev_entropy, "timing": self.timing, "run_id": self.cfg.run_id(),
-                "warm_start": self.warm_info}
-        if self.prime:
-            blob.update(prm=self.prm.state_dict(), prm_opt=self.prm_opt.state_dict(), ref=self.ref.state_dict())
+                "warm_start": self.warm_info, "method_state": self.method.state_dict()}
+        if self.aux is not None:  # keys "<name>", "<name>_opt", "ref" (PRIME: prm, prm_opt, as before)
+            blob.update({self.aux.name: self.aux_model.state_dict(), f"{self.aux.name}_opt": self.aux_opt.state_dict(),
+                         "ref": self.ref.state_dict()})
         atomic_save_torch(self.run_dir / CKPT, blob)
 
     def maybe_resume(self) -> None:
@@ -160,10 +161,11 @@ class PocketTrainer:
         blob = torch.load(path, map_location=self.device, weights_only=False)
         self.model.load_state_dict(blob["model"])
         self.opt.load_state_dict(blob["opt"])
-        if self.prime:
-            self.prm.load_state_dict(blob["prm"])
+        if self.aux is not None:
+            self.aux_model.load_state_dict(blob[self.aux.name])
             self.ref.load_state_dict(blob["ref"])  # the frozen warm-started policy, not this process's init
-            self.prm_opt.load_state_dict(blob["prm_opt"])
+            self.aux_opt.load_state_dict(blob[f"{self.aux.name}_opt"])
+        self.method.load_state_dict(blob.get("method_state", {}))
         self.start_step = int(blob["step"])
         self.prev_entropy = blob["prev_entropy"]
         self.timing.update(blob.get("timing", {}))
@@ -240,23 +242,41 @@ class PocketTrainer:
                 ents.append(ent)
         return torch.cat(lps), (torch.cat(ents) if with_entropy else None)
 
-    def _prm_update(self, batch: Batch, ref_lp, scores) -> float:
-        from baselines.prime import prm_loss
-
-        self.prm.train()
-        self.prm_opt.zero_grad(set_to_none=True)
+    def _aux_update(self, batch: Batch, ref_lp, scores) -> float:
+        """One optimizer step of the auxiliary model on its loss (a mean over responses: rows weight micro-batches)."""
+        aux = self.aux
+        self.aux_model.train()
+        self.aux_opt.zero_grad(set_to_none=True)
         mb, B, total = self.cfg.train.micro_batch_size, batch.input_ids.shape[0], 0.0
         for s in range(0, B, mb):
             sl = slice(s, s + mb)
             sub = batch.index(sl)
-            lp, _ = token_logprobs(self.prm, sub, self.cfg.train.temperature)
-            loss = prm_loss(lp, ref_lp[sl], sub.mask, scores[sl].to(lp.device), beta=self.method.prm_beta)
+            lp, _ = token_logprobs(self.aux_model, sub, self.cfg.train.temperature)
+            loss = aux.loss(lp, ref_lp[sl], sub.mask, scores[sl].to(lp.device), beta=aux.beta)
             (loss * sub.input_ids.shape[0] / B).backward()
             total += float(loss.detach()) * sub.input_ids.shape[0] / B
-        clip = getattr(self.method, "prm_grad_clip", 10.0)
-        torch.nn.utils.clip_grad_norm_(self.prm.parameters(), clip if clip > 0 else float("inf"))
-        self.prm_opt.step()
+        torch.nn.utils.clip_grad_norm_(self.aux_model.parameters(), aux.grad_clip if aux.grad_clip > 0 else float("inf"))
+        self.aux_opt.step()
         return total
+
+    def _estimator_extras(self, batch: Batch, ent, scores, metrics: dict) -> dict:
+        """The (B,T) extras the method's estimator declares: rollout entropy, auxiliary-model log-probs."""
+        wanted, extras, cfg = self.method.estimator_extras(), {}, self.cfg.train
+        if "entropy" in wanted:
+            extras["entropy"] = ent.cpu()
+        if self.aux is not None:
+            with torch.no_grad():
+                ref_lp, _ = self._logprobs_chunked(self.ref, batch, cfg.temperature, False)
+            if self.aux.update == "before":
+                metrics[f"{self.aux.name}/loss"] = self._aux_update(batch, ref_lp, scores)
+            self.aux_model.eval()
+            with torch.no_grad():
+                aux_lp, _ = self._logprobs_chunked(self.aux_model, batch, cfg.temperature, False)
+            if self.aux.update == "after":
+                metrics[f"{self.aux.name}/loss"] = self._aux_update(batch, ref_lp, scores)
+            model_key, ref_key = self.aux.provides
+            extras.update({model_key: aux_lp.cpu(), ref_key: ref_lp.cpu()})
+        return extras
 
     def train_step(self, step: int) -> dict:
         cfg, m = self.cfg.train, self.method
@@ -282,29 +302,18 @@ class PocketTrainer:
                     old_lp, _ = self._logprobs_chunked(self.model, batch, cfg.temperature, False)
         per_resp = ops.masked_mean(ent, mask, dim=-1)
         metrics["entropy"] = float(per_resp.mean())
+        metrics["entropy/rollout_token_mean"] = float(ops.masked_mean(ent, mask))
+        metrics["rollout/neg_logprob"] = float(-ops.masked_mean(old_lp, mask))
         if self.prev_entropy is not None:
             metrics["entropy/delta"] = metrics["entropy"] - self.prev_entropy
         self.prev_entropy = metrics["entropy"]
         metrics["response/length"] = float(mask.sum(-1).mean())
-        extras = {}
-        if self.prime:
-            with torch.no_grad():
-                ref_lp, _ = self._logprobs_chunked(self.ref, batch, cfg.temperature, False)
-            scores_dev = ro["scores"]
-            if getattr(m, "prm_update", "before") == "before":
-                metrics["prm/loss"] = self._prm_update(batch, ref_lp, scores_dev)
-            self.prm.eval()
-            with torch.no_grad():
-                prm_lp, _ = self._logprobs_chunked(self.prm, batch, cfg.temperature, False)
-            if getattr(m, "prm_update", "before") == "after":
-                metrics["prm/loss"] = self._prm_update(batch, ref_lp, scores_dev)
-            extras = {"prm_log_probs": prm_lp.cpu(), "ref_log_probs": ref_lp.cpu()}
+        extras = self._estimator_extras(batch, ent, ro["scores"], metrics)
         adv = m.advantages(ro["scores"], ro["group_ids"], mask.cpu(), **extras).to(self.device)
         # batch covariance term over the rollout (old = current policy at the start of the step)
-        valid = mask.bool()
-        cov = ops.token_covariance(adv, old_lp, mask)
-        metrics["cov/term"] = float(cov[valid].mean())
-        metrics.update(ops.covariance_groups(cov[valid].cpu()))
+        cov = ops.token_covariance(adv, old_lp, mask)[mask.bool()]
+        metrics["cov/term"] = float(cov.mean())
+        metrics.update(ops.covariance_groups(cov.cpu()))
         metrics.update(self._update(step, batch, old_lp, adv))
         self.timing["update_s"] += time.time() - t0
         return metrics
@@ -315,8 +324,8 @@ class PocketTrainer:
         g_shuffle = make_generator(self.cfg.seed, step, "shuffle")
         g_method = make_generator(self.cfg.seed, step, "method")
         perm = torch.randperm(B, generator=g_shuffle).to(self.device)
-        use_plan = getattr(m, "scope", None) == "global"
-        sums, tokens_total, sel_count, grad_norms, skipped = {}, 0.0, 0.0, [], 0
+        use_plan = m.needs_global_plan
+        sums, tokens_total, sel_count, grad_norms = {}, 0.0, 0.0, []
         self.model.train()
         for mini_rows in torch.tensor_split(perm, cfg.updates_per_rollout):
             if len(mini_rows) == 0:
@@ -325,8 +334,8 @@ class PocketTrainer:
             mini_old, mini_adv = old_lp[mini_rows], adv[mini_rows]
             plan = None
             if use_plan:
-                cur, _ = self._logprobs_chunked(self.model, mini, cfg.temperature, False)
-                plan = m.select_tokens(cur, mini_old, mini_adv, mini.mask, generator=g_method)
+                cur, cur_ent = self._logprobs_chunked(self.model, mini, cfg.temperature, m.needs_entropy)
+                plan = m.selection_plan(cur, mini_old, mini_adv, mini.mask, entropy=cur_ent, generator=g_method)
             self.opt.zero_grad(set_to_none=True)
             n_tok, mini_sums, n_sel = self.accumulate_gradients(step, mini, mini_old, mini_adv, plan, g_method)
             tokens_total += n_tok
@@ -336,45 +345,36 @@ class PocketTrainer:
             clip = cfg.grad_clip if cfg.grad_clip > 0 else float("inf")
             gn = float(torch.nn.utils.clip_grad_norm_(self.model.parameters(), clip))
             grad_norms.append(gn)
-            if math.isfinite(gn):
-                self.opt.step()
-            else:  # official trainer skips an update whose grad norm is not finite
-                skipped += 1
-                self.opt.zero_grad(set_to_none=True)
-        out = {k: v / max(tokens_total, 1.0) for k, v in sums.items()}
+            if not math.isfinite(gn):
+                raise FloatingPointError(
+                    f"method {m.name}: non-finite gradient norm ({gn}) at step {step}; largest |log-ratio| on a "
+                    f"valid token of the mini-batch {mini_sums.get('log_ratio/max_abs', float('nan')):.4g}")
+            self.opt.step()
+        out = {k: v / max(tokens_total, 1.0) for k, v in sums.items() if k != "log_ratio/max_abs"}
         out["selected/count"] = sel_count
         out["selected/frac"] = sel_count / max(tokens_total, 1.0)
         out["grad_norm"] = sum(grad_norms) / max(len(grad_norms), 1)
-        if skipped:
-            out["update/nonfinite_skipped"] = skipped
         return out
-
-    def micro_weight(self, micro: Batch, mini: Batch) -> float:
-        """Scale of a micro-batch loss so that the sum over micro-batches equals the mini-batch aggregate."""
-        agg = getattr(self.method, "agg", "token-mean")
-        if agg == "token-mean":  # exact token mean (verl weights by sequence count instead)
-            return float(micro.mask.sum()) / max(float(mini.mask.sum()), 1.0)
-        if agg in ("seq-mean-token-sum", "seq-mean-token-mean"):
-            return micro.input_ids.shape[0] / mini.input_ids.shape[0]
-        return 1.0  # seq-mean-token-sum-norm: a sum over tokens / fixed width, already additive
 
     def accumulate_gradients(self, step, mini: Batch, mini_old, mini_adv, plan, generator):
         """Backward of one mini-batch's loss over its micro-batches; returns (tokens, metric sums, selected)."""
         cfg, m = self.cfg.train, self.method
-        sums, n_tokens, n_sel = {}, 0.0, 0.0
+        sums, n_tokens, n_sel, own = {}, 0.0, 0.0, f"{m.name}/"
         for s in range(0, mini.input_ids.shape[0], cfg.micro_batch_size):
             sl = slice(s, s + cfg.micro_batch_size)
             micro = mini.index(sl)
             lp, ent = token_logprobs(self.model, micro, cfg.temperature, with_entropy=m.needs_entropy)
             out = m.policy_loss(lp, mini_old[sl], mini_adv[sl], micro.mask, entropy=ent, step=step,
                                 generator=generator, selected=plan[sl] if plan is not None else None)
-            (out.loss * self.micro_weight(micro, mini)).backward()
+            (out.loss * ops.micro_batch_weight(m.agg, micro.mask, mini.mask)).backward()
             n_tok = float(micro.mask.sum())
             n_tokens += n_tok
             n_sel += out.metrics.get("selected/count", 0.0)
-            for k in _LOSS_KEYS:
-                if k in out.metrics:
-                    sums[k] = sums.get(k, 0.0) + out.metrics[k] * n_tok
+            for k, v in out.metrics.items():
+                if k in _LOSS_KEYS or k.startswith(own):  # token-weighted means over the mini-batch
+                    sums[k] = sums.get(k, 0.0) + v * n_tok
+            if "log_ratio/max_abs" in out.metrics:
+                sums["log_ratio/max_abs"] = max(sums.get("log_ratio/max_abs", 0.0), out.metrics["log_ratio/max_abs"])
         return n_tokens, sums, n_sel
 
     # ------------------------------------------------------------------------------------ evaluation
@@ -437,6 +437,7 @@ class PocketTrainer:
                         for suite, res in last_eval["suites"].items():
                             for mk, mv in res["metrics"].items():
                                 row[f"eval/{suite}/{mk}"] = mv
+                    self.method.on_step_end(row)  # adaptive methods update their state from the step's row
                     append_jsonl(metrics_path, row)
                     for sink in self.sinks:
                         sink.log(row, step)
