@@ -6,7 +6,7 @@ PIP     := $(BIN)/python -m pip
 STAMP   := $(VENV)/.installed
 EXTRAS  ?= test,eval,log
 
-.PHONY: setup setup-slow quickstart report test test-slow test-slurm test-openrlhf setup-openrlhf bench bench-pocket setup-trl clean
+.PHONY: setup setup-slow quickstart report test lint test-slow test-slurm test-openrlhf setup-openrlhf bench bench-pocket setup-trl clean
 
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -25,6 +25,10 @@ report: setup  # regenerate results/quickstart/ from runs/quickstart/
 
 test: setup
 	$(BIN)/python -m pytest -q
+
+lint: setup  # ruff (config in pyproject.toml; pinned in constraints.txt); not yet part of `make test`
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
 
 test-slurm: setup  # real single-node SLURM cluster (root; installs Debian's slurm-wlm, munge, slurmdbd, mariadb)
 	scripts/ci_slurm.sh

@@ -22,6 +22,7 @@ from typing import Sequence
 from tqdm.auto import tqdm
 
 from harness.io import atomic_write_json, read_jsonl, write_jsonl
+from harness.records import SuiteResult
 
 from .metrics import answer_key, summarize
 from .suites import Protocol, Suite
@@ -86,9 +87,9 @@ def score_suite(suite: Suite, problems: list[dict], responses: dict[str, list[st
     metrics = summarize(per_problem, k=protocol.n_samples)
     if protocol.n_samples == 1:
         metrics["greedy" if protocol.temperature == 0 else "avg@1"] = metrics["avg@1"]
-    result = {"suite": suite.name, "n_problems": len(problems), "n_samples": protocol.n_samples,
-              "temperature": protocol.temperature, "top_p": protocol.top_p, "max_tokens": protocol.max_tokens,
-              "metrics": metrics, "primary": protocol.primary}
+    result = SuiteResult(suite=suite.name, n_problems=len(problems), n_samples=protocol.n_samples,
+                         temperature=protocol.temperature, top_p=protocol.top_p, max_tokens=protocol.max_tokens,
+                         metrics=metrics, primary=protocol.primary).to_dict()
     return result, graded
 
 

@@ -20,8 +20,9 @@ import functools
 import hashlib
 import json
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any
 
 import yaml
 
@@ -35,10 +36,12 @@ KNOWN_BACKENDS = ("pocket", "openrlhf")  # built in; harness.backends.BACKENDS i
 # ---------------------------------------------------------------------------------------------- sections
 @dataclass
 class ModelConfig:
-    name: str = _opt("pocket-0.3m", kind=str, help="pocket size (pocket-0.3m, pocket-1m, pocket-4m), HF id or local HF dir")
+    name: str = _opt("pocket-0.3m", kind=str,
+                     help="pocket size (pocket-0.3m, pocket-1m, pocket-4m), HF id or local HF dir")
     warm_start: Any = _opt({}, kind=dict, help="pocket warm start (harness.backends.pocket.options.WarmStartOptions)")
     dtype: str = _opt("float32", kind=str, choices=("float32", "bfloat16", "float16"))
-    cache_dir: str | None = _opt(None, kind="str?", measures=False, help="warm-start cache (default: $HARNESS_CACHE or ~/.cache/entropy-harness)")
+    cache_dir: str | None = _opt(None, kind="str?", measures=False,
+                                 help="warm-start cache (default: $HARNESS_CACHE or ~/.cache/entropy-harness)")
 
 
 @dataclass
@@ -62,7 +65,8 @@ class TrainConfig:
     max_new_tokens: int = _opt(8, kind=int, min=1)
     dynamic_filtering: bool = _opt(False, kind=bool, help="DAPO: drop groups whose rewards are all equal")
     max_gen_batches: int = _opt(3, kind=int, min=1, help="rollout batches tried to fill a filtered step")
-    checkpoint_every: int = _opt(10, kind=int, min=0, measures=False, help="steps between checkpoints; 0 = only at the end")
+    checkpoint_every: int = _opt(10, kind=int, min=0, measures=False,
+                                 help="steps between checkpoints; 0 = only at the end")
     threads: int = _opt(1, kind=int, min=1, measures=False, help="torch CPU threads (fixed for reproducibility)")
     device: str = _opt("cpu", kind=str, measures=False, help="torch device (cpu, cuda, cuda:0, auto)")
 
@@ -141,7 +145,7 @@ def _non_measuring(cls, prefix: str = "") -> dict[str, Any]:
     return out
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def non_measuring_fields() -> dict[str, Any]:
     """Every config field that does not change what a run measures (core and backend sections) -> its default
     (read-only: cached)."""
@@ -226,7 +230,8 @@ def read_config_file(path: str | os.PathLike) -> dict:
                              "sections backend, seed, method, model, task, train, eval, logging")
 
 
-def load_config(source: str | os.PathLike | Mapping | RunConfig, overrides=None, check_method: bool = True) -> RunConfig:
+def load_config(source: str | os.PathLike | Mapping | RunConfig, overrides=None,
+                check_method: bool = True) -> RunConfig:
     """Validate a run config (dict, YAML path or RunConfig) with ``key=value`` overrides; raise ConfigError.
 
     The chosen backend validates (and types) its own sections here, for every backend alike;

@@ -18,7 +18,8 @@ from __future__ import annotations
 import importlib
 import pkgutil
 import threading
-from typing import Callable, Generic, Iterable, TypeVar
+from collections.abc import Callable, Iterable
+from typing import Generic, TypeVar
 
 from harness.errors import did_you_mean, suggestion  # noqa: F401  (re-exported)
 

@@ -6,7 +6,8 @@
   moved to ``replaced/<old run id>-<time>/`` (never deleted);
 - a directory whose ``result.json`` says ``completed`` for the same config is returned as is (``force`` reruns);
 - otherwise trains through the backend registry, which resumes from ``checkpoints/`` when present;
-- writes ``result.json`` last and atomically. A crash writes it with ``status: failed`` and the error (a rerun
+- writes ``result.json`` last and atomically, once, from the backend's ``RunResult`` (harness/records.py); it is
+  the only writer of that file (``write_result``). A crash writes it with ``status: failed`` and the error (a rerun
   moves that file aside and resumes); Ctrl-C writes no result (the checkpoint is the state, rerun resumes).
 """
 
@@ -22,8 +23,8 @@ import yaml
 
 from harness.config import RunConfig, diff_configs, load_config, run_id_of
 from harness.io import atomic_write_json, atomic_write_text
+from harness.records import SCHEMA_VERSION, RunResult, result_payload  # noqa: F401  (SCHEMA_VERSION re-exported)
 
-SCHEMA_VERSION = 1
 RUN_FILES = ("config.yaml", "metrics.jsonl", "eval", "checkpoints", "result.json", "train.log", "tensorboard", "wandb",
              "openrlhf.log")
 RUN_FILE_PATTERNS = ("openrlhf.task*.log",)  # one log per SLURM task of a multi-node OpenRLHF run
@@ -98,6 +99,11 @@ def prepare_run_dir(cfg: RunConfig, run_dir: Path, force: bool = False, log=prin
     return "go"
 
 
+def write_result(run_dir: str | os.PathLike, payload: dict) -> Path:
+    """Write ``result.json`` (last, atomically): the one writer of that file."""
+    return atomic_write_json(Path(run_dir) / "result.json", payload)
+
+
 def run(config, run_dir: str | os.PathLike, force: bool = False, quiet: bool = False) -> dict:
     """Train one run (resuming when possible) and return its result.json content."""
     from harness.backends import BACKENDS
@@ -111,20 +117,22 @@ def run(config, run_dir: str | os.PathLike, force: bool = False, quiet: bool = F
         return read_result(run_dir)
     backend = BACKENDS.get(cfg.backend)()
     t0 = time.time()
-    head = {"schema_version": SCHEMA_VERSION, "run_id": cfg.run_id(), "backend": cfg.backend, "name": cfg.name}
     log(f"run {cfg.run_id()}: {cfg.method_name} on {cfg.model.name} / {cfg.task.name}, seed {cfg.seed} -> {run_dir}")
+
+    def payload(status: str, fields: dict) -> dict:
+        return result_payload(cfg.run_id(), cfg.backend, cfg.name, status, fields, time.time() - t0)
+
     try:
-        fields = backend.train(cfg, run_dir, log=log)
+        record = backend.train(cfg, run_dir, log=log)
     except KeyboardInterrupt:
         raise
     except Exception as e:
-        failed = dict(head, status="failed", method=cfg.method_name, model=cfg.model.name, seed=cfg.seed,
-                      error=f"{type(e).__name__}: {e}", traceback=traceback.format_exc()[-4000:],
-                      wall_time_s=round(time.time() - t0, 2))
-        atomic_write_json(run_dir / "result.json", failed)
+        write_result(run_dir, payload("failed", {
+            "method": cfg.method_name, "model": cfg.model.name, "seed": cfg.seed,
+            "error": f"{type(e).__name__}: {e}", "traceback": traceback.format_exc()[-4000:]}))
         raise
-    result = dict(head, status="completed", **fields, wall_time_s=round(time.time() - t0, 2))
-    atomic_write_json(run_dir / "result.json", result)
+    result = payload("completed", record.to_dict() if isinstance(record, RunResult) else dict(record or {}))
+    write_result(run_dir, result)
     s = result.get("summary", {})
     log(f"done: entropy {s.get('entropy_start')} -> {s.get('entropy_end')}, reward {s.get('reward_start')} -> "
         f"{s.get('reward_end')}; {run_dir / 'result.json'}")

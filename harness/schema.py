@@ -9,8 +9,9 @@ from __future__ import annotations
 import copy
 import dataclasses
 import math
+from collections.abc import Mapping
 from dataclasses import field
-from typing import Any, Mapping
+from typing import Any
 
 from harness.errors import ConfigError, suggestion
 
@@ -64,7 +65,8 @@ def check_value(value: Any, meta: dict, path: str) -> Any:
         value = copy.deepcopy(value)
     choices = meta.get("choices")
     if choices and value not in choices:
-        raise ConfigError(f"{path}: {value!r} is not allowed.{suggestion(value, choices)} Allowed: {', '.join(map(str, choices))}")
+        raise ConfigError(f"{path}: {value!r} is not allowed.{suggestion(value, choices)} "
+                          f"Allowed: {', '.join(map(str, choices))}")
     lo, hi = meta.get("min"), meta.get("max")
     if lo is not None and value < lo:
         raise ConfigError(f"{path}: {value!r} is below the minimum {lo}")
@@ -77,13 +79,15 @@ def build(cls, data: Any, path: str):
     if data is None:
         data = {}
     if not isinstance(data, Mapping):
-        raise ConfigError(f"{path or 'config'}: expected a mapping of {', '.join(f.name for f in dataclasses.fields(cls))}, got {data!r}")
+        names = ", ".join(f.name for f in dataclasses.fields(cls))
+        raise ConfigError(f"{path or 'config'}: expected a mapping of {names}, got {data!r}")
     fields = {f.name: f for f in dataclasses.fields(cls)}
     unknown = [k for k in data if k not in fields]
     if unknown:
         k = unknown[0]
         where = f"{path}.{k}" if path else str(k)
-        raise ConfigError(f"{where}: unknown key.{suggestion(k, fields)} Allowed keys{' under ' + path if path else ''}: {', '.join(fields)}")
+        under = f" under {path}" if path else ""
+        raise ConfigError(f"{where}: unknown key.{suggestion(k, fields)} Allowed keys{under}: {', '.join(fields)}")
     kwargs = {}
     for name, f in fields.items():
         if name not in data:

@@ -17,9 +17,9 @@ import json
 import math
 import re
 import warnings
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterable
 
 import pandas as pd
 import yaml

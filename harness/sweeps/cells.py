@@ -67,7 +67,12 @@ def launch_command(config: dict, run_dir: Path) -> str:
                 return obj.launch_command(load_config(config), Path(run_dir))
     except ImportError:
         pass
-    return (f"{shlex.quote(sys.executable)} -m harness train --config {shlex.quote(str(Path(run_dir) / CONFIG_FILE))} "
+    return harness_train_command(run_dir)
+
+
+def harness_train_command(run_dir: Path) -> str:
+    """``python -m harness train <run_dir>/config.yaml --run-dir <run_dir>`` (what a sweep job runs)."""
+    return (f"{shlex.quote(sys.executable)} -m harness train {shlex.quote(str(Path(run_dir) / CONFIG_FILE))} "
             f"--run-dir {shlex.quote(str(run_dir))}")
 
 

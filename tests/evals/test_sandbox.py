@@ -93,7 +93,8 @@ def test_battery(sandbox, tmp_path, monkeypatch):
         "huge_output": ("import sys\nwhile True:\n    sys.stdout.write('x' * 65536)\n", "error"),
         "early_exit0": ("import os\nos._exit(0)\nassert False\n", "failed"),
         "sys_exit0": ("import sys\nsys.exit(0)\nassert False\n", "failed"),
-        "fake_report": ("import os\nfor fd in range(3, 20):\n    try:\n        os.write(fd, b'deadbeef {\"ok\": true}\\n')\n"
+        "fake_report": ("import os\nfor fd in range(3, 20):\n    try:\n"
+                        "        os.write(fd, b'deadbeef {\"ok\": true}\\n')\n"
                         "    except OSError:\n        pass\nos._exit(0)\n", "failed"),
         "env_leak": ("import os\nassert 'HARNESS_TEST_SECRET' not in os.environ\nassert os.environ['HOME'] == "
                      "'/sandbox' or True\n", "passed"),
@@ -167,24 +168,38 @@ def test_many_programs_in_parallel(sandbox):
 
 @pytest.mark.skipif(not ROOT or not os.path.exists("/usr/bin/setpriv"), reason="needs root + setpriv")
 def test_as_unprivileged_user_it_uses_user_namespaces_and_says_what_is_missing(tmp_path):
-    """Run the grader itself as nobody (system python, stdlib only): isolation via user namespaces."""
+    """Run the grader itself as nobody (system python, stdlib only): isolation via user namespaces. The probe user
+    may not be able to read the checkout (a clone inside a mode-700 home), so it imports a world-readable copy of
+    the three stdlib-only sandbox files."""
+    import shutil
     import subprocess
+    import tempfile
     from pathlib import Path
 
-    repo = Path(__file__).resolve().parents[2]
+    src = Path(__file__).resolve().parents[2] / "evals"
+    repo = Path(tempfile.mkdtemp(prefix="harness-sandbox-probe-", dir="/tmp"))  # /tmp: reachable by nobody
+    os.chmod(repo, 0o755)
+    (repo / "evals").mkdir(mode=0o755)
+    for name in ("__init__.py", "sandbox.py", "_sandbox_launcher.py", "_sandbox_runner.py"):
+        shutil.copyfile(src / name, repo / "evals" / name)
+        os.chmod(repo / "evals" / name, 0o644)
     script = (
         "import sys, json; sys.path.insert(0, %r)\n"
         "from evals.sandbox import Sandbox, Limits\n"
         "sb = Sandbox(limits=Limits(wall_s=3, cpu_s=3), workers=1)\n"
         "codes = ['import socket\\nsocket.create_connection((\"127.0.0.1\", 22), timeout=1)',\n"
-        "         'open(\"/tmp/harness_nonroot_probe\", \"w\").write(\"1\")\\nimport os\\nassert os.listdir(\"/tmp\")',\n"
+        "         'open(\"/tmp/harness_nonroot_probe\", \"w\").write(\"1\")\\n'\n"
+        "         'import os\\nassert os.listdir(\"/tmp\")',\n"
         "         'while True: pass']\n"
         "res = [sb.run({'prog.py': c}, {'mode': 'script'}) for c in codes]\n"
         "print(json.dumps({'iso': sb.isolation, 'missing': sb.missing, 'describe': sb.describe(),\n"
         "                  'res': [(r.status, r.report) for r in res]}))\n"
         "sb.close()\n") % str(repo)
-    r = subprocess.run(["/usr/bin/setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "/usr/bin/python3",
-                        "-c", script], cwd="/tmp", capture_output=True, text=True, timeout=120)
+    try:
+        r = subprocess.run(["/usr/bin/setpriv", "--reuid=65534", "--regid=65534", "--clear-groups",
+                            "/usr/bin/python3", "-c", script], cwd="/tmp", capture_output=True, text=True, timeout=120)
+    finally:
+        shutil.rmtree(repo, ignore_errors=True)
     if "sandbox self-test failed" in r.stderr and "unshare" in r.stderr:
         pytest.skip("this kernel does not allow unprivileged user namespaces")
     assert r.returncode == 0, r.stderr[-2000:]

@@ -12,6 +12,7 @@ import os
 from pathlib import Path
 
 from harness.io import append_jsonl, atomic_write_json, read_jsonl
+from harness.records import RunResult, SuiteResult, result_payload, summarize_metrics, task_label
 
 # harness key -> OpenRLHF status key (first present wins)
 RENAMES = {
@@ -78,9 +79,9 @@ def eval_payload(eval_logs: dict, step: int, spec: dict) -> dict:
         metrics = {f"avg@{n}": _number(value)}
         if n > 1 and _number(eval_logs.get(f"eval_{ds}_pass{n}")) is not None:
             metrics[f"pass@{n}"] = _number(eval_logs[f"eval_{ds}_pass{n}"])
-        suites[ds] = {"suite": ds, "n_problems": (spec.get("counts") or {}).get(ds), "n_samples": n,
-                      "temperature": spec["temperature"], "top_p": spec["top_p"], "max_tokens": spec["max_tokens"],
-                      "metrics": metrics, "primary": f"avg@{n}"}
+        suites[ds] = SuiteResult(suite=ds, n_problems=(spec.get("counts") or {}).get(ds), n_samples=n,
+                                 temperature=spec["temperature"], top_p=spec["top_p"], max_tokens=spec["max_tokens"],
+                                 metrics=metrics, primary=f"avg@{n}").to_dict()
     return {"step": int(step), "suites": suites}
 
 
@@ -113,17 +114,8 @@ def append_metrics(run_dir, row: dict) -> None:
     append_jsonl(path, row)
 
 
-def _edge_mean(rows: list[dict], key: str, last: bool):
-    vals = [r[key] for r in rows if r.get(key) is not None]
-    if not vals:
-        return None
-    k = max(1, math.ceil(len(vals) * 0.1))
-    part = vals[-k:] if last else vals[:k]
-    return sum(part) / len(part)
-
-
-def build_result(config: dict, run_dir, status: str, wall_time_s: float, run_id: str, method_config: dict) -> dict:
-    """The result.json payload (schema_version 1) from the run's metrics.jsonl."""
+def run_record(config: dict, run_dir, method_config: dict) -> RunResult:
+    """The run's record (harness/records.py) from its metrics.jsonl and eval/ files."""
     path = metrics_path(run_dir)
     rows = read_jsonl(path) if path.exists() else []
     timing = {}
@@ -131,29 +123,21 @@ def build_result(config: dict, run_dir, status: str, wall_time_s: float, run_id:
         vals = [r[theirs] for r in rows if r.get(theirs) is not None]
         if vals:
             timing[ours] = sum(vals)
-    return {
-        "schema_version": 1,
-        "run_id": run_id,
-        "status": status,
-        "backend": "openrlhf",
-        "method": method_config.get("name"),
-        "advantage": method_config.get("advantage"),
-        "method_config": method_config,
-        "model": (config.get("model") or {}).get("name"),
-        "model_params": None,
-        "task": (config.get("task") or {}).get("name"),
-        "seed": config.get("seed"),
-        "steps": max((r["step"] for r in rows), default=0),
-        "wall_time_s": float(wall_time_s),
-        "summary": {
-            "entropy_start": _edge_mean(rows, "entropy", False), "entropy_end": _edge_mean(rows, "entropy", True),
-            "reward_start": _edge_mean(rows, "reward/mean", False), "reward_end": _edge_mean(rows, "reward/mean", True),
-        },
-        "eval": last_eval(run_dir),
-        "timing": timing,
-        "checkpoint": os.path.join(os.fspath(run_dir), "checkpoints", "final"),
-    }
+    return RunResult(
+        method=method_config.get("name"), advantage=method_config.get("advantage"), method_config=method_config,
+        model=(config.get("model") or {}).get("name"), model_params=None,
+        task=task_label((config.get("task") or {}).get("name")), seed=config.get("seed"),
+        steps=max((r["step"] for r in rows), default=0), summary=summarize_metrics(rows), eval=last_eval(run_dir),
+        timing=timing, extra={"checkpoint": os.path.join(os.fspath(run_dir), "checkpoints", "final")})
+
+
+def build_result(config: dict, run_dir, status: str, wall_time_s: float, run_id: str, method_config: dict) -> dict:
+    """The full result.json payload (schema_version 1) of a launch run outside ``harness.runner``."""
+    fields = run_record(config, run_dir, method_config).to_dict()
+    return result_payload(run_id, "openrlhf", config.get("name"), status, fields, float(wall_time_s))
 
 
 def write_result(run_dir, payload: dict) -> Path:
-    return atomic_write_json(Path(run_dir) / "result.json", payload)
+    from harness.runner import write_result
+
+    return write_result(run_dir, payload)

@@ -13,9 +13,9 @@ import json
 import os
 import shlex
 import sys
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Mapping
 
 PLUGIN_ENV = "HARNESS_OPENRLHF_PLUGIN"  # JSON plugin config, read in every Ray worker
 HOOK = "harness.backends.openrlhf.hook.install"

@@ -19,6 +19,7 @@ from pathlib import Path
 from harness.backends.openrlhf.flags import EXTRA, HOOK, PLUGIN_ENV
 
 OPENRLHF_VERSION = "0.11.2"
+RUNNER_ENV = "HARNESS_RUNNER_WRITES_RESULT"  # set by runner.train: the launch then writes no result.json
 
 REPO_ROOT = str(Path(__file__).resolve().parents[3])
 
@@ -136,7 +137,8 @@ def main(argv: list[str] | None = None) -> int:
         status = "interrupted"
         raise
     finally:
-        write_result(run_dir, status, time.time() - t0)
+        if not os.environ.get(RUNNER_ENV):  # run by hand; under harness.runner the runner writes it
+            write_result(run_dir, status, time.time() - t0)
         if ray.is_initialized():
             ray.shutdown()
         if nodes:
@@ -145,7 +147,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def write_result(run_dir: Path, status: str, wall_s: float) -> None:
-    """result.json from the plugin config and metrics.jsonl (written last, atomically)."""
+    """result.json of a launch run by hand, from the plugin config and metrics.jsonl (last, atomically)."""
     from harness.backends.openrlhf import bridge
 
     cfg = json.loads(os.environ[PLUGIN_ENV])

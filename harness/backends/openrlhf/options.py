@@ -4,8 +4,8 @@
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Mapping
 
 from harness.errors import ConfigError, suggestion
 
@@ -49,7 +49,7 @@ class OpenRLHFOptions:
     log_entropy: bool = True               # --actor.entropy_coef 0: entropy computed and logged (costs memory)
     seed_offset_per_rank: bool = True      # Clip-Cov draws: generator seeded with seed + rank
     extra_flags: dict = field(default_factory=dict)   # {"--dotted.flag": value | [values] | true}
-    eval_dataset: str | None = None        # JSONL {prompt, answer, datasource}: OpenRLHF's in-loop eval -> eval/step_N.json
+    eval_dataset: str | None = None        # JSONL {prompt, answer, datasource}: in-loop eval -> eval/step_N.json
     env: dict = field(default_factory=dict)            # extra environment for the launcher and every worker
     python: str | None = _resource(None)   # interpreter for the launcher (default: this one)
 
@@ -60,7 +60,8 @@ def parse_options(section: Mapping | None) -> OpenRLHFOptions:
     fields = {f.name: f for f in dataclasses.fields(OpenRLHFOptions)}
     for key in section:
         if key not in fields:
-            raise OpenRLHFConfigError(f"openrlhf.{key}: unknown key.{suggestion(key, fields, cutoff=0.4)} Allowed: {', '.join(fields)}")
+            raise OpenRLHFConfigError(f"openrlhf.{key}: unknown key.{suggestion(key, fields, cutoff=0.4)} "
+                                      f"Allowed: {', '.join(fields)}")
     opts = OpenRLHFOptions(**section)
     ints = ("nodes", "gpus_per_node", "vllm_tp", "zero_stage", "max_prompt_len")
     for name in ints:

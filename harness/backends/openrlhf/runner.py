@@ -1,7 +1,9 @@
 """``train(config, run_dir)`` for the OpenRLHF backend: validate, then run the launch command as a subprocess.
 
-The subprocess is exactly what ``launch_command`` prints (``harness.backends.openrlhf.launch``), so a sweep's
-``launch.sh`` and ``harness train`` do the same thing; it writes metrics.jsonl, checkpoints/ and result.json.
+The subprocess is exactly what ``launch_command`` prints (``harness.backends.openrlhf.launch``); it writes
+metrics.jsonl, eval/ and checkpoints/. Under ``harness.runner`` (``RUNNER_ENV`` set) it writes no result.json:
+``train`` builds the run's record from those files and the runner writes result.json once. Run by hand, the
+launcher writes result.json itself (through the same ``harness.runner.write_result``).
 """
 
 from __future__ import annotations
@@ -12,8 +14,10 @@ import subprocess
 import time
 from pathlib import Path
 
+from harness.backends.openrlhf.bridge import run_record
 from harness.backends.openrlhf.flags import build_plan
-from harness.backends.openrlhf.launch import require_openrlhf
+from harness.backends.openrlhf.launch import RUNNER_ENV, require_openrlhf
+from harness.records import RunResult
 
 
 def command(plan, run_dir) -> list[str]:
@@ -21,7 +25,7 @@ def command(plan, run_dir) -> list[str]:
             *plan.argv]
 
 
-RUNNER_OWNED = ("status", "wall_time_s")  # harness.runner.run sets these itself
+RUNNER_OWNED = ("schema_version", "run_id", "backend", "name", "status", "wall_time_s")  # the runner's head
 WORKER_WAIT_S = 900.0
 POLL_S = 5.0
 
@@ -45,14 +49,15 @@ def wait_for_result(path: Path, since: float, timeout_s: float = WORKER_WAIT_S) 
     raise RuntimeError(f"worker task: the head task wrote no {path} within {timeout_s:.0f}s")
 
 
-def train(config, run_dir, log=None) -> dict:
-    """Run one OpenRLHF training run; returns the result.json fields (without status / wall time, which
-    ``harness.runner.run`` adds). Bad input raises before Ray starts; a failed run raises RuntimeError."""
+def train(config, run_dir, log=None) -> RunResult | dict:
+    """Run one OpenRLHF training run; returns its RunResult (the runner adds status and wall time and writes
+    result.json). Bad input raises before Ray starts; a failed run raises RuntimeError. A SLURM worker task
+    returns the fields of the result.json its head task's runner wrote."""
     plan = build_plan(config, run_dir)   # config errors first, even where OpenRLHF is missing
     require_openrlhf()
     run_dir = Path(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
-    env = {**os.environ, **plan.env}
+    env = {**os.environ, **plan.env, RUNNER_ENV: "1"}
     out_path = run_dir / "openrlhf.log"
     if log:
         log(f"openrlhf: launching ({len(plan.argv)} flags); output in {out_path}")
@@ -61,12 +66,11 @@ def train(config, run_dir, log=None) -> dict:
         out_path = run_dir / f"openrlhf.task{os.environ.get('SLURM_PROCID')}.log"
     with open(out_path, "ab") as out:
         proc = subprocess.run(command(plan, run_dir), env=env, stdout=out, stderr=subprocess.STDOUT)
-    result_path = run_dir / "result.json"
-    if worker and proc.returncode == 0:
-        result = wait_for_result(result_path, started)
-    else:
-        result = json.loads(result_path.read_text()) if result_path.exists() else {"status": "failed"}
-    if proc.returncode != 0 or result.get("status") != "completed":
+    if proc.returncode != 0:
         tail = out_path.read_text(errors="replace")[-2000:] if out_path.exists() else ""
         raise RuntimeError(f"OpenRLHF run failed (exit {proc.returncode}); see {out_path}. Last output:\n{tail}")
-    return {k: v for k, v in result.items() if k not in RUNNER_OWNED}
+    if worker:
+        result = wait_for_result(run_dir / "result.json", started)
+        return {k: v for k, v in result.items() if k not in RUNNER_OWNED}
+    cfg = config.to_dict() if hasattr(config, "to_dict") else dict(config)
+    return run_record(cfg, run_dir, plan.plugin["method"])

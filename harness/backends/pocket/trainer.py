@@ -30,6 +30,7 @@ import torch
 from harness import ops
 from harness.config import RunConfig
 from harness.io import append_jsonl, atomic_save_torch, atomic_write_json, read_jsonl, write_jsonl
+from harness.records import RunResult, SuiteResult, summarize_metrics, task_label
 from . import models
 from .generate import Batch, concat_batches, generate, token_logprobs
 from .tasks import make_task
@@ -71,19 +72,7 @@ def deferred_interrupts(flag: dict):
             signal.signal(s, h)
 
 
-def summary_from_metrics(rows: list[dict]) -> dict:
-    """entropy/reward start and end: means over the first and last 10% of steps (at least one step)."""
-    rows = [r for r in rows if "step" in r]
-    if not rows:
-        return {}
-    n = max(1, len(rows) // 10)
-
-    def mean(key, part):
-        vals = [r[key] for r in part if isinstance(r.get(key), (int, float))]
-        return sum(vals) / len(vals) if vals else None
-
-    return {"entropy_start": mean("entropy", rows[:n]), "entropy_end": mean("entropy", rows[-n:]),
-            "reward_start": mean("reward/mean", rows[:n]), "reward_end": mean("reward/mean", rows[-n:])}
+summary_from_metrics = summarize_metrics  # the one rule, harness/records.py
 
 
 class PocketTrainer:
@@ -395,16 +384,16 @@ class PocketTrainer:
         if ec.greedy:
             bg = self._generate(problems, 1, 1.0, None, greedy=True, max_new_tokens=max_new)
             metrics["greedy"] = float(self._score(bg, problems, 1).mean())
-        suite = Path(cfg.task.name).stem
-        result = {"suite": suite, "n_problems": len(problems), "n_samples": k, "temperature": ec.temperature,
-                  "top_p": ec.top_p, "max_tokens": max_new, "metrics": metrics, "primary": f"avg@{k}"}
+        suite = task_label(cfg.task.name)
+        result = SuiteResult(suite=suite, n_problems=len(problems), n_samples=k, temperature=ec.temperature,
+                             top_p=ec.top_p, max_tokens=max_new, metrics=metrics, primary=f"avg@{k}").to_dict()
         doc = {"step": step, "suites": {suite: result}}
         atomic_write_json(self.run_dir / "eval" / f"step_{step}.json", doc)
         self.timing["eval_s"] += time.time() - t0
         return doc
 
     # ------------------------------------------------------------------------------------ main loop
-    def run(self) -> dict:
+    def run(self) -> RunResult:
         from tqdm.auto import tqdm
 
         cfg = self.cfg
@@ -462,12 +451,11 @@ class PocketTrainer:
         if last_eval is None or last_eval["step"] != step:
             last_eval = self.evaluate(step)
         self.log(self.timing_line(step))
-        return {
-            "method": cfg.method_name, "advantage": self.method.advantage, "method_config": self.method.to_config(),
-            "model": cfg.model.name, "model_params": models.n_params(self.model), "task": Path(cfg.task.name).stem,
-            "seed": cfg.seed, "steps": step, "summary": summary_from_metrics(rows), "eval": last_eval,
-            "timing": {k: round(v, 3) for k, v in self.timing.items()}, "warm_start": self.warm_info,
-        }
+        return RunResult(
+            method=cfg.method_name, advantage=self.method.advantage, method_config=self.method.to_config(),
+            model=cfg.model.name, model_params=models.n_params(self.model), task=task_label(cfg.task.name),
+            seed=cfg.seed, steps=step, summary=summarize_metrics(rows), eval=last_eval,
+            timing={k: round(v, 3) for k, v in self.timing.items()}, extra={"warm_start": self.warm_info})
 
     def timing_line(self, step: int) -> str:
         t = self.timing

@@ -1,0 +1,94 @@
+"""The run record and the eval-suite record (docs/contracts.md §2, §4): one shape on every backend.
+
+A backend's ``train`` returns a ``RunResult``; ``harness.runner`` adds the run's head (schema version, run id,
+backend, name, status, wall time) and writes ``result.json`` once (``harness.runner.write_result``). Every
+backend builds its eval suites as ``SuiteResult`` and its start/end summary with ``summarize_metrics``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+SCHEMA_VERSION = 1
+DATA_SUFFIXES = (".jsonl", ".json", ".parquet", ".csv")
+
+
+def edge_steps(n_steps: int) -> int:
+    """Steps averaged at each end of a run: a tenth of the steps rounded down, at least one (15 steps -> 1,
+    25 -> 2). Rounding down keeps the ends apart in short runs and every pocket summary as it was."""
+    return max(1, n_steps // 10)
+
+
+def summarize_metrics(rows: Iterable[dict]) -> dict:
+    """``entropy_start/end``, ``reward_start/end``: means of ``entropy`` and ``reward/mean`` over the first and
+    last ``edge_steps(N)`` of the N logged steps; a step without the value is skipped (never counted as 0)."""
+    rows = [r for r in rows if "step" in r]
+    if not rows:
+        return {}
+    n = edge_steps(len(rows))
+
+    def mean(key: str, part: list[dict]):
+        vals = [r[key] for r in part if isinstance(r.get(key), (int, float)) and not isinstance(r.get(key), bool)]
+        return sum(vals) / len(vals) if vals else None
+
+    return {"entropy_start": mean("entropy", rows[:n]), "entropy_end": mean("entropy", rows[-n:]),
+            "reward_start": mean("reward/mean", rows[:n]), "reward_end": mean("reward/mean", rows[-n:])}
+
+
+def task_label(name: str | None) -> str | None:
+    """The ``task`` of a record: a data file's stem (``data/dapo.jsonl`` -> ``dapo``), else the name as given
+    (a registered task such as ``countdown``, or a hub dataset id)."""
+    if not name:
+        return name
+    p = Path(str(name))
+    return p.stem if p.suffix in DATA_SUFFIXES or p.is_file() else str(name)
+
+
+@dataclass
+class SuiteResult:
+    """One eval suite's result (docs/contracts.md §4); ``primary`` names the leaderboard metric."""
+
+    suite: str
+    n_problems: int | None      # None when the backend cannot know it (never a made-up number)
+    n_samples: int
+    temperature: float
+    top_p: float
+    max_tokens: int | None
+    metrics: dict[str, Any]
+    primary: str
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+
+@dataclass
+class RunResult:
+    """What a backend's ``train`` returns: the result.json fields below the runner's head."""
+
+    method: str
+    advantage: str | None
+    method_config: dict
+    model: str
+    model_params: int | None
+    task: str | None            # task_label(task.name) on every backend
+    seed: int
+    steps: int                  # steps done
+    summary: dict               # summarize_metrics(metrics.jsonl rows)
+    eval: dict | None           # {"step": N, "suites": {name: SuiteResult.to_dict()}} of the last eval
+    timing: dict = field(default_factory=dict)
+    extra: dict = field(default_factory=dict)  # backend-only keys (pocket: warm_start; openrlhf: checkpoint)
+
+    def to_dict(self) -> dict:
+        d = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "extra"}
+        return {**d, **self.extra}
+
+
+def result_payload(run_id: str, backend: str, name: str | None, status: str, fields: dict,
+                   wall_time_s: float) -> dict:
+    """The full result.json content: the head, the backend's fields, the wall time."""
+    head = {"schema_version": SCHEMA_VERSION, "run_id": run_id, "backend": backend, "name": name, "status": status}
+    return {**head, **{k: v for k, v in fields.items() if k not in head}, "wall_time_s": round(wall_time_s, 2)}
