@@ -3,7 +3,11 @@
 ``collect(paths)`` finds every run directory under ``paths`` and returns a :class:`Collection` with
 
 * ``runs``    one row per run dir: identity (model, method, seed, ...) and ``status``
-              (``completed`` | ``failed`` | ``interrupted`` | ``missing`` = no result.json yet);
+              (``completed`` | ``insufficient_updates`` (finished, but fewer than half the expected updates) |
+              ``failed`` | ``interrupted`` | ``missing`` = no result.json yet); ``setting`` names the measuring
+              settings (steps, budget, task options, lr, ...) in which a run differs from other runs of its
+              (model, task): runs with different settings are different experiments, never compared;
+              a run id seen twice (the same run passed twice, or a copy) is counted once, with a warning;
 * ``metrics`` one row per logged training step (wide: one column per metrics.jsonl key, NaN = not logged);
 * ``evals``   one row per (run, eval step, suite): the suite's primary metric, its protocol and weight.
 
@@ -24,6 +28,7 @@ from pathlib import Path
 import pandas as pd
 import yaml
 
+FINISHED = ("completed", "insufficient_updates")  # runs whose results are read; the second is shown flagged
 RUN_MARKERS = ("result.json", "metrics.jsonl", "config.yaml", "results.json")
 EVAL_ONLY = "results.json"  # `harness eval --out DIR` writes DIR/results.json: a model scored without training
 PROTOCOL_KEYS = ("n_problems", "n_samples", "temperature", "top_p", "max_tokens")
@@ -47,7 +52,8 @@ class Collection:
 
     @property
     def not_completed(self) -> pd.DataFrame:
-        return self.runs[self.runs["status"] != "completed"]
+        """Runs without usable results (``insufficient_updates`` runs are finished and shown flagged)."""
+        return self.runs[~self.runs["status"].isin(FINISHED)]
 
 
 def find_run_dirs(paths: Iterable[str | Path]) -> list[Path]:
@@ -215,13 +221,31 @@ def _ignored(key: str) -> bool:
     return key in non_measuring_fields() or any(key == p or (p.endswith(".") and key.startswith(p)) for p in _AXES)
 
 
-def _disambiguate(runs: pd.DataFrame) -> pd.Series:
-    """Runs sharing (model, task, label) but differing in any other setting (method hyper-parameters, lr, ...)
-    are different experiments, never seeds of one: append the differing settings to their labels."""
-    labels = runs["label"].copy()
-    for (_model, _task, label), grp in runs.groupby(["model", "task", "label"], dropna=False):
+def _differing(cfgs: dict, keep) -> list[str]:
+    keys = sorted({k for c in cfgs.values() for k in c if not _ignored(k) and keep(k)})
+    # a key absent from a run (e.g. defaults not yet resolved in an unfinished run) is unknown, not different
+    return [k for k in keys if len({json.dumps(c[k], sort_keys=True) for c in cfgs.values() if k in c}) > 1]
+
+
+def _settings(runs: pd.DataFrame) -> pd.Series:
+    """Per run: the non-method measuring settings (``train.steps=100,task.options.max_number=20``) in which
+    runs of one (model, task) differ; "" when they all agree. Tables compare methods only within a setting."""
+    out = pd.Series("", index=runs.index, dtype=object)
+    for _key, grp in runs.groupby(["model", "task"], dropna=False):
         cfgs = {i: json.loads(runs.at[i, "settings"]) for i in grp.index}
-        keys = sorted({k for c in cfgs.values() for k in c if not _ignored(k)})
+        differing = _differing(cfgs, lambda k: not k.startswith("method."))
+        for i in grp.index:
+            out[i] = ",".join(f"{k}={json.dumps(cfgs[i].get(k), default=str)}" for k in differing)
+    return out
+
+
+def _disambiguate(runs: pd.DataFrame) -> pd.Series:
+    """Runs sharing (model, task, setting, label) but differing in a method hyper-parameter are different
+    experiments, never seeds of one: append the differing method settings to their labels."""
+    labels = runs["label"].copy()
+    for (_model, _task, _setting, label), grp in runs.groupby(["model", "task", "setting", "label"], dropna=False):
+        cfgs = {i: json.loads(runs.at[i, "settings"]) for i in grp.index}
+        keys = sorted({k for c in cfgs.values() for k in c if not _ignored(k) and k.startswith("method.")})
         # a key absent from a run (e.g. defaults not yet resolved in an unfinished run) is unknown, not different
         differing = [k for k in keys if len({json.dumps(c[k], sort_keys=True) for c in cfgs.values() if k in c}) > 1]
         if not differing:
@@ -286,11 +310,19 @@ def collect(paths: Iterable[str | Path]) -> Collection:
     """Read every run directory under ``paths`` (see the module docstring)."""
     run_dirs = find_run_dirs(paths)
     infos, metric_rows, eval_rows, messages = [], [], [], []
+    seen_ids: dict[str, str] = {}
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         for d in run_dirs:
             info = _run_info(d)
             result = info.pop("_result")
+            rid = info.get("run_id")
+            if isinstance(rid, str) and rid:
+                if rid in seen_ids:
+                    warnings.warn(f"{d}: run id {rid} already read from {seen_ids[rid]}; counted once",
+                                  CorruptMetricsWarning, stacklevel=2)
+                    continue
+                seen_ids[rid] = str(d)
             infos.append(info)
             if (d / "metrics.jsonl").is_file():
                 for r in read_metrics(d / "metrics.jsonl"):
@@ -305,9 +337,10 @@ def collect(paths: Iterable[str | Path]) -> Collection:
     runs = pd.DataFrame(infos)
     runs["task"] = [t if isinstance(t, str) else "" for t in runs["task"]]  # unknown task: one consistent key
     runs["label"] = [method_label(m, a) for m, a in zip(runs["method"], runs["advantage"])]
+    runs["setting"] = _settings(runs)
     runs["label"] = _disambiguate(runs)
     runs["model_params"] = pd.to_numeric(runs["model_params"], errors="coerce")
-    ident = runs[["run_dir", "model", "model_params", "task", "label", "seed", "status"]]
+    ident = runs[["run_dir", "model", "model_params", "task", "setting", "label", "seed", "status"]]
 
     metrics = pd.DataFrame(metric_rows)
     if metrics.empty:
@@ -326,8 +359,9 @@ def collect(paths: Iterable[str | Path]) -> Collection:
 
 
 def final_evals(col: Collection) -> pd.DataFrame:
-    """The leaderboard's input: each completed run's final eval (the one in result.json, else its last step)."""
-    ev = col.evals[col.evals["status"] == "completed"]
+    """The leaderboard's input: each finished run's final eval (the one in result.json, else its last step);
+    ``insufficient_updates`` runs are included (tables flag them and never rank them)."""
+    ev = col.evals[col.evals["status"].isin(FINISHED)]
     if ev.empty:
         return ev
     from_result = ev[ev["source"] == "result.json"]

@@ -1,6 +1,15 @@
-"""Leaderboard: rows (model, method), columns = suites, mean ± std over seeds, two averages, Δ vs a baseline.
+"""Leaderboard: rows (model, method), columns = suites, mean ± 95% CI over seeds, two averages, Δ vs a baseline.
 
-Scores are shown in percent. Two averages per run, then mean ± std over seeds:
+Scores are shown in percent: mean ± the half-width of a 95% Student-t confidence interval over seeds (n = 1: no
+interval). Δ vs the baseline is the paired (same-seed) difference with its CI when the two rows share at least two
+seeds, else Welch's interval. A cell is bold ("best") only where the CI of its difference to the runner-up
+excludes zero; a Δ is bold only where its CI excludes zero; with one seed nothing is marked. Runs that finished
+with status ``insufficient_updates`` are shown flagged and never ranked or compared. Rows are grouped by
+everything that changes what a run measures (steps, budget, task options): runs that differ in such a setting
+are separate blocks, named in a ``setting`` column, and never compared. The paper's reference rows keep the
+paper's own bolding (highest value; no interval is reported).
+
+Two averages per run, then over seeds:
 
 * ``avg (suites)``  the plain mean of the suite scores;
 * ``avg (samples)`` the paper's "Avg.": the mean over all evaluation samples, i.e. suites weighted by
@@ -20,6 +29,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
+from . import stats
 from .collect import Collection, final_evals
 from .reference import PAPER_DISPLAY, PAPER_SUITES, canonical_suite, load_protocol, load_reference
 
@@ -28,15 +38,19 @@ AVG_COLS = ["avg_suites", "avg_samples"]
 METHOD_ORDER = ["grpo", "rloo", "prime", "entropy_bonus", "clip_higher", "clip_cov", "kl_cov"]  # the paper's order
 AVG_TITLES = {"avg_suites": "avg (suites)", "avg_samples": "avg (samples)"}
 DELTA_TITLES = {"avg_suites": "Δ avg (suites)", "avg_samples": "Δ avg (samples)"}
+FLAG_INSUFFICIENT = "insufficient_updates"
+BLOCK = ["source", "model", "task", "setting"]
 
 
 @dataclass
 class Leaderboard:
-    rows: pd.DataFrame  # one row per (source, model, task, method); <col>_mean/_std/_n, delta_<avg>, best
+    rows: pd.DataFrame  # one row per (source, model, task, setting, method, flag); <col>_mean/_ci/_std/_n,
+    # delta_<avg>(_ci), best
     columns: list[str]  # suite columns, then the two averages
     notes: list[str] = field(default_factory=list)
     show_task: bool = False
     baseline: str | None = None
+    show_setting: bool = False
 
 
 def run_scores(col: Collection, allow_mixed_protocols: bool = False) -> tuple[pd.DataFrame, list[str]]:
@@ -83,12 +97,12 @@ def _seed(s) -> str:
     return str(int(s)) if isinstance(s, float) and s.is_integer() else str(s)
 
 
-def _stats(values: pd.Series) -> tuple[float, float, int]:
+def _stats(values: pd.Series) -> tuple[float, float, float, int]:
+    """mean, 95% Student-t half-width, sample std, n."""
     v = values.dropna().astype(float)
-    n = int(len(v))
-    mean = float(v.mean()) if n else math.nan
-    std = float(v.std(ddof=1)) if n > 1 else math.nan
-    return mean, std, n
+    iv = stats.mean_ci(v)
+    std = float(v.std(ddof=1)) if iv.n > 1 else math.nan
+    return iv.mean, iv.half, std, iv.n
 
 
 def build_leaderboard(col: Collection | None, baseline: str | None = None, reference: str | None = None,
@@ -105,22 +119,42 @@ def build_leaderboard(col: Collection | None, baseline: str | None = None, refer
         avgs = _run_averages(ev)
         per_run = ev.pivot_table(index="run_dir", columns="column", values="value", aggfunc="first")
         per_run = per_run.join(avgs.set_index("run_dir"))
-        ident = col.runs.set_index("run_dir")[["model", "model_params", "task", "label", "seed"]]
+        ident = col.runs.set_index("run_dir")[["model", "model_params", "task", "setting", "label", "seed",
+                                                 "status"]]
         per_run = per_run.join(ident)
+        per_run["flag"] = np.where(per_run["status"] == FLAG_INSUFFICIENT, FLAG_INSUFFICIENT, "")
         suite_cols = sorted(ev["column"].unique(), key=_column_order)
         task_cols = ev.groupby(ev["task"].astype(str))["column"].apply(lambda s: ";".join(sorted(set(s)))).to_dict()
-        for (model, task, label), grp in per_run.groupby(["model", "task", "label"], dropna=False):
+        keys = ["model", "task", "setting", "label", "flag"]
+        for (model, task, setting, label, flag), grp in per_run.groupby(keys, dropna=False):
             row = {"source": "runs", "model": model, "model_params": grp["model_params"].max(), "task": task,
-                   "method": label, "seeds": ",".join(_seed(s) for s in sorted(grp["seed"].dropna().unique())),
-                   "task_suites": task_cols.get(str(task), "")}
+                   "setting": setting, "method": label, "flag": flag,
+                   "seeds": ",".join(_seed(s) for s in sorted(grp["seed"].dropna().unique())),
+                   "task_suites": task_cols.get(str(task), ""),
+                   "_by_seed": {c: {_seed(s): float(v) for s, v in zip(grp["seed"], grp[c]) if pd.notna(v)}
+                                for c in suite_cols + AVG_COLS}}
             for c in suite_cols + AVG_COLS:
-                row[f"{c}_mean"], row[f"{c}_std"], row[f"{c}_n"] = _stats(grp[c])
+                row[f"{c}_mean"], row[f"{c}_ci"], row[f"{c}_std"], row[f"{c}_n"] = _stats(grp[c])
             rows.append(row)
             seeds = grp["seed"].dropna()
             if seeds.duplicated().any():
                 notes.append(f"FLAG: {model} {label} has several runs with the same seed "
                              f"({', '.join(sorted(grp.index))}); each counts in n")
-        notes.append("Scores in percent: mean ± sample std over seeds (n = seeds with a value). "
+        if (per_run["flag"] == FLAG_INSUFFICIENT).any():
+            bad = sorted(per_run.index[per_run["flag"] == FLAG_INSUFFICIENT])
+            notes.append(f"FLAG: {len(bad)} run(s) finished with status insufficient_updates (fewer than half "
+                         "the expected policy updates): shown flagged, never ranked or compared: " + "; ".join(bad))
+        settings = sorted({s for s in per_run["setting"] if s})
+        if settings:
+            notes.append("FLAG: runs of one model and task differ in settings that change what they measure; "
+                         "each setting is its own block, never compared with another: " + " | ".join(settings))
+        if int(pd.to_numeric(per_run["avg_suites"].notna().groupby(
+                [per_run[k] for k in keys]).sum(), errors="coerce").max() or 0) <= 1:
+            notes.append("n = 1: one seed per row, so no interval; nothing is marked better than anything else")
+        notes.append("Scores in percent: mean ± half-width of the 95% Student-t CI over seeds (n = seeds with a "
+                     "value; no ± when n = 1). Δ = paired same-seed difference ± its 95% CI (Welch's interval when "
+                     "seeds do not match); bold = the CI of the difference to the runner-up (cells) or to zero "
+                     "(Δ) excludes zero. "
                      "avg (suites) = plain mean of suites; avg (samples) = mean over all evaluation samples "
                      "(suite weight n_problems × n_samples), as the paper's Avg.")
         notes += proto_notes
@@ -141,14 +175,20 @@ def build_leaderboard(col: Collection | None, baseline: str | None = None, refer
             if s not in suite_cols:
                 suite_cols.append(s)
     table = pd.DataFrame(rows)
+    for k, default in (("setting", ""), ("flag", ""), ("_by_seed", None)):
+        if k not in table:
+            table[k] = default
+    table["setting"] = table["setting"].fillna("")
+    table["flag"] = table["flag"].fillna("")
     runs_only = table[table["source"] == "runs"] if not table.empty else table
     show_task = bool(len(runs_only)) and runs_only["task"].nunique(dropna=False) > 1
+    show_setting = bool(len(runs_only)) and bool((runs_only["setting"] != "").any())
     baseline = _check_baseline(table, baseline)
     _add_deltas(table, baseline)
     _mark_best(table, suite_cols + AVG_COLS)
     table = _sort(table, baseline)
     return Leaderboard(rows=table, columns=suite_cols + AVG_COLS, notes=notes, show_task=show_task,
-                       baseline=baseline)
+                       baseline=baseline, show_setting=show_setting)
 
 
 def _column_order(c: str):
@@ -175,11 +215,12 @@ def _reference_rows(name: str) -> tuple[list[dict], list[str]]:
                "method": r["method"], "seeds": "", "task_suites": ";".join(PAPER_SUITES)}
         for s in PAPER_SUITES:
             row[f"{s}_mean"], row[f"{s}_std"], row[f"{s}_n"] = float(r[s]), math.nan, math.nan
+            row[f"{s}_ci"] = math.nan
         vals = np.array([r[s] for s in PAPER_SUITES], dtype=float)
         row["avg_suites_mean"] = float(vals.mean())
         row["avg_samples_mean"] = float(r["avg"])
         for a in AVG_COLS:
-            row[f"{a}_std"], row[f"{a}_n"] = math.nan, math.nan
+            row[f"{a}_std"], row[f"{a}_n"], row[f"{a}_ci"] = math.nan, math.nan, math.nan
         rows.append(row)
     note = (f"REFERENCE ({name}): Cui et al. 2025 Table 2 as reported, not re-run here (results/reference/). "
             "Its avg (samples) is the paper's Avg.; its avg (suites) is computed here from the 7 columns. "
@@ -219,32 +260,65 @@ def _check_baseline(table: pd.DataFrame, baseline: str | None) -> str | None:
     return baseline
 
 
+def _seed_values(row: pd.Series, c: str) -> dict:
+    by = row.get("_by_seed")
+    return dict(by.get(c, {})) if isinstance(by, dict) else {}
+
+
+def _ranked(grp: pd.DataFrame) -> pd.DataFrame:
+    return grp[grp["flag"].fillna("") == ""]
+
+
 def _add_deltas(table: pd.DataFrame, baseline: str | None) -> None:
+    """Δ vs the baseline row of the same block: paired difference (Welch when seeds do not match) ± its CI."""
     for a in AVG_COLS:
         table[f"delta_{a}"] = math.nan
+        table[f"delta_{a}_ci"] = math.nan
+        table[f"delta_{a}_paired"] = False
     if baseline is None or table.empty:
         return
-    for _, grp in table.groupby(["source", "model", "task"], dropna=False):
-        base = grp[grp["method"] == baseline]
+    for (source, *_), grp in table.groupby(BLOCK, dropna=False):
+        ok = _ranked(grp)
+        base = ok[ok["method"] == baseline]
         if base.empty:
             continue
-        for a in AVG_COLS:
-            table.loc[grp.index, f"delta_{a}"] = grp[f"{a}_mean"] - base[f"{a}_mean"].iloc[0]
+        b = base.iloc[0]
+        for i in ok.index:
+            for a in AVG_COLS:
+                if source != "runs":
+                    table.loc[i, f"delta_{a}"] = table.at[i, f"{a}_mean"] - b[f"{a}_mean"]
+                    continue
+                if i == base.index[0]:
+                    table.loc[i, f"delta_{a}"] = 0.0 if pd.notna(b[f"{a}_mean"]) else math.nan
+                    continue
+                iv = stats.difference(_seed_values(table.loc[i], a), _seed_values(b, a))
+                table.loc[i, f"delta_{a}"] = iv.mean
+                table.loc[i, f"delta_{a}_ci"] = iv.half
+                table.loc[i, f"delta_{a}_paired"] = iv.paired
 
 
 def _mark_best(table: pd.DataFrame, columns: list[str]) -> None:
-    """``best`` lists the columns where a row has the highest mean within its (source, model, task) block."""
+    """``best`` lists the columns where a row has the highest mean within its block and the 95% CI of its
+    difference to the runner-up (paired when seeds match) excludes zero; flagged rows are never ranked.
+    Reference rows (the paper's) keep the paper's convention: the highest value."""
     best: dict[int, list[str]] = {i: [] for i in table.index}
-    for _, grp in table.groupby(["source", "model", "task"], dropna=False):
+    for (source, *_), grp in table.groupby(BLOCK, dropna=False):
+        grp = _ranked(grp)
         if len(grp) < 2:
             continue
         for c in columns:
-            vals = grp[f"{c}_mean"]
-            if vals.notna().sum() < 2:
+            vals = grp[f"{c}_mean"].dropna()
+            if len(vals) < 2:
                 continue
-            top = vals.max()
-            for i in grp.index[np.isclose(vals.fillna(-np.inf), top)]:
-                best[i].append(c)
+            order = vals.sort_values(ascending=False)
+            top, runner = order.index[0], order.index[1]
+            if source != "runs":
+                for i in order.index[np.isclose(order.values, order.iloc[0])]:
+                    best[i].append(c)
+                continue
+            iv = stats.difference(_seed_values(table.loc[top], c), _seed_values(table.loc[runner], c))
+            if stats.excludes(iv, 0.0):
+                best[top].append(c)
     table["best"] = [";".join(best[i]) for i in table.index]
 
 
@@ -256,38 +330,49 @@ def _sort(table: pd.DataFrame, baseline: str | None) -> pd.DataFrame:
                      _base=(table["method"] != baseline).astype(int),
                      _order=[METHOD_ORDER.index(m) if m in METHOD_ORDER else len(METHOD_ORDER)
                              for m in table["method"].astype(str).str.split("[+(]").str[0]])
-    return t.sort_values(["_src", "_size", "model", "task", "_base", "_order", "method"]).drop(
+    return t.sort_values(["_src", "_size", "model", "task", "setting", "_base", "_order", "method", "flag"]).drop(
         columns=["_src", "_size", "_base", "_order"]).reset_index(drop=True)
 
 
 # ---------------------------------------------------------------- formatting
 
 def _cell(row: pd.Series, c: str) -> str:
-    mean, std, n = row[f"{c}_mean"], row[f"{c}_std"], row[f"{c}_n"]
+    mean, ci, n = row[f"{c}_mean"], row[f"{c}_ci"], row[f"{c}_n"]
     if pd.isna(mean):  # "—" = missing for a suite this row's task is scored on; blank = not applicable
         return "—" if c in str(row.get("task_suites", "")).split(";") or c in AVG_COLS else ""
     text = f"{mean:.1f}"
     if row["source"] == "runs":
-        text += (f" ± {std:.1f}" if pd.notna(std) else "") + f" (n={int(n)})"
+        text += (f" ± {ci:.1f}" if pd.notna(ci) else "") + f" (n={int(n)})"
     return text
 
 
-def _delta(v: float) -> str:
-    return "" if pd.isna(v) else f"{v:+.1f}"
+def _delta(row: pd.Series, a: str, bold) -> str:
+    v, ci = row[f"delta_{a}"], row.get(f"delta_{a}_ci", math.nan)
+    if pd.isna(v):
+        return ""
+    text = f"{v:+.1f}"
+    if pd.notna(ci):
+        text += f" ± {ci:.1f}" + ("" if row.get(f"delta_{a}_paired", True) else " (unpaired)")
+        if stats.excludes(stats.Interval(float(v), float(ci), 2), 0.0):
+            return bold(text)
+    return text
 
 
 def _display(lb: Leaderboard, bold) -> tuple[list[str], list[list[str]]]:
-    head = ["model", *(["task"] if lb.show_task else []), "method", "source"]
+    head = ["model", *(["task"] if lb.show_task else []), *(["setting"] if lb.show_setting else []), "method",
+            "source"]
     head += [AVG_TITLES.get(c, PAPER_DISPLAY.get(c, c)) for c in lb.columns]
     base = lb.baseline or "baseline"
     head += [f"{DELTA_TITLES[a]} vs {base}" for a in AVG_COLS]
     body = []
     for _, r in lb.rows.iterrows():
         best = set(filter(None, r["best"].split(";")))
-        line = [str(r["model"]), *([str(r["task"])] if lb.show_task else []), str(r["method"]),
+        method = str(r["method"]) + (f" [FLAG: {r['flag']}, not ranked]" if r.get("flag") else "")
+        line = [str(r["model"]), *([str(r["task"])] if lb.show_task else []),
+                *([str(r["setting"]) or "(default)"] if lb.show_setting else []), method,
                 "run" if r["source"] == "runs" else f"{r['source']} (reference)"]
         line += [bold(_cell(r, c)) if c in best else _cell(r, c) for c in lb.columns]
-        line += [_delta(r[f"delta_{a}"]) for a in AVG_COLS]
+        line += [_delta(r, a, bold) for a in AVG_COLS]
         body.append(line)
     return head, body
 
@@ -309,7 +394,8 @@ def _tex_escape(s: str) -> str:
 def to_latex(lb: Leaderboard) -> str:
     head, body = _display(lb, lambda s: "\x00" + s + "\x01")
     esc = lambda s: _tex_escape(s).replace("\x00", r"\textbf{").replace("\x01", "}")  # noqa: E731
-    spec = "l" * (4 if lb.show_task else 3) + "r" * (len(head) - (4 if lb.show_task else 3))
+    n_left = 3 + int(lb.show_task) + int(lb.show_setting)
+    spec = "l" * n_left + "r" * (len(head) - n_left)
     out = [r"\begin{tabular}{" + spec + "}", r"\toprule", " & ".join(esc(h) for h in head) + r" \\", r"\midrule"]
     out += [" & ".join(esc(c) for c in row) + r" \\" for row in body]
     out += [r"\bottomrule", r"\end{tabular}"]
@@ -328,10 +414,12 @@ def to_html(lb: Leaderboard) -> str:
 
 def to_csv(lb: Leaderboard) -> str:
     """Machine-readable: one row per (source, model, task, method), numbers unrounded (percent)."""
-    keep = ["source", "model", "model_params", "task", "method", "seeds"]
+    keep = ["source", "model", "model_params", "task", "setting", "method", "flag", "seeds"]
     for c in lb.columns:
-        keep += [f"{c}_mean", f"{c}_std", f"{c}_n"]
-    keep += [f"delta_{a}" for a in AVG_COLS] + ["best"]
+        keep += [f"{c}_mean", f"{c}_ci", f"{c}_std", f"{c}_n"]
+    for a in AVG_COLS:
+        keep += [f"delta_{a}", f"delta_{a}_ci", f"delta_{a}_paired"]
+    keep += ["best"]
     return lb.rows.reindex(columns=keep).to_csv(index=False, float_format="%.6g")
 
 

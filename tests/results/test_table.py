@@ -43,7 +43,11 @@ def test_leaderboard_numbers_by_hand(runs_root, mk, suite):
     assert k["delta_avg_samples"] == pytest.approx(70 - 63.3333, abs=1e-3)
     assert k["delta_avg_suites"] == pytest.approx(60 - 65)
     assert g["delta_avg_samples"] == 0
-    assert set(k["best"].split(";")) == {"A", "avg_samples"} and set(g["best"].split(";")) == {"B", "avg_suites"}
+    # kl_cov has one seed: no interval, so nothing is marked better (the highest means alone would be A, avg_samples
+    # for kl_cov and B, avg_suites for grpo)
+    assert k["best"] == "" and g["best"] == ""
+    # grpo's A: 95% t CI half-width = t(0.975, 1) * sqrt(200) / sqrt(2) = 12.7062 * 10
+    assert g["A_ci"] == pytest.approx(127.062, abs=1e-2)
     assert list(lb.rows["method"]) == ["grpo", "kl_cov"]  # baseline first
 
 
@@ -93,12 +97,15 @@ def test_unknown_baseline_names_the_methods(runs_root, mk, suite):
 def test_formats(runs_root, mk, suite):
     lb = build_leaderboard(collect([_runs(runs_root, mk, suite)]), reference="paper")
     md = render(lb, "md")
-    assert "| pocket-1m | kl_cov | run | **90.0 (n=1)** |" in md
-    assert "| pocket-1m | grpo | run | 60.0 ± 14.1 (n=2) | **70.0 ± 14.1 (n=2)** |" in md
+    # one kl_cov seed: no interval, nothing bold; grpo's CI half-width is t(0.975, 1)·10 = 127.1
+    assert "| pocket-1m | kl_cov | run | 90.0 (n=1) |" in md
+    assert "| pocket-1m | grpo | run | 60.0 ± 127.1 (n=2) | 70.0 ± 127.1 (n=2) |" in md
+    assert "n = 1: one seed per row" not in md  # grpo has two seeds
     assert "paper (reference)" in md and "REFERENCE (paper)" in md
+    assert "**" in md.split("paper (reference)", 1)[1]  # the paper's rows keep the paper's bolding
     tex = render(lb, "tex")
-    assert r"\textbf{90.0 (n=1)}" in tex and r"60.0 $\pm$ 14.1" in tex and r"kl\_cov" in tex
-    assert "<b>90.0 (n=1)</b>" in render(lb, "html")
+    assert r"90.0 (n=1)" in tex and r"60.0 $\pm$ 127.1" in tex and r"kl\_cov" in tex
+    assert "<b>90.0 (n=1)</b>" not in render(lb, "html")
     back = pd.read_csv(io.StringIO(render(lb, "csv")))
     kl = back[(back["method"] == "kl_cov") & (back["source"] == "runs")].iloc[0]
     assert kl["avg_samples_mean"] == pytest.approx(70.0) and kl["A_n"] == 1
