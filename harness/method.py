@@ -283,8 +283,8 @@ class Method:
         metrics = self.diagnostics(log_probs, old_log_probs, advantages, mask, entropy, tok, cov_groups)
         if not bool(torch.isfinite(loss.detach())):
             raise FloatingPointError(
-                f"method {self.name}: the loss is not finite ({float(loss.detach())}); largest |log pi - log pi_old| "
-                f"on a valid token: {metrics['log_ratio/max_abs']:.4g} (exp overflows float32 above ~88.7, float16 "
+                f"method {self.name}: the loss is not finite ({float(loss.detach())}); largest log-ratio "
+                f"|log pi - log pi_old| on a valid token: {metrics['log_ratio/max_abs']:.4g} (exp overflows float32 above ~88.7, float16 "
                 f"above ~11: the policy moved too far from the behaviour policy)")
         return LossOutput(loss, metrics)
 
@@ -298,20 +298,19 @@ class Method:
         method's own metrics and, on request, the covariance groups. Inputs are 0 on padding: plain sums."""
         with torch.no_grad():
             valid = mask.bool()
-            count = valid.sum()
+            count = torch.count_nonzero(valid)
             n_valid = float(count)
-            log_ratio = log_probs.detach() - old_log_probs.detach()
-            abs_ratio = log_ratio.abs()
-            sums = {"ppo_kl": -log_ratio.sum(), "ppo_kl_abs": abs_ratio.sum()}
+            log_ratio = log_probs.detach() - old_log_probs.detach()  # 0 on padding
+            sums = {"ppo_kl": -log_ratio.sum(), "ppo_kl_abs": torch.linalg.vector_norm(log_ratio, 1)}
             if tok.clipped is not None:
-                sums["clipfrac"] = tok.clipped.sum()
+                sums["clipfrac"] = torch.count_nonzero(tok.clipped & valid)
             if entropy is not None:
                 sums["entropy/token_mean"] = entropy.detach().sum()
             # float32 means with the verl denominator (sum(mask) + 1e-8), as ops.masked_mean; one sync
             means = torch.stack([v.float() for v in sums.values()]) / (count.float() + ops.EPS_MEAN)
-            extra = [abs_ratio.max() if abs_ratio.numel() else count * 0.0]
+            extra = [torch.stack(torch.aminmax(log_ratio)).abs().max() if log_ratio.numel() else count * 0.0]
             if tok.selected is not None:
-                extra.append((tok.selected & valid).sum())
+                extra.append(torch.count_nonzero(tok.selected & valid))
             values = torch.cat([means.double(), torch.stack([e.double() for e in extra])]).tolist()
             out = dict(zip(sums, values))
             out.setdefault("clipfrac", 0.0)
