@@ -37,7 +37,7 @@ KNOWN_BACKENDS = ("pocket", "openrlhf")  # built in; harness.backends.BACKENDS i
 @dataclass
 class ModelConfig:
     name: str = _opt("pocket-0.3m", kind=str,
-                     help="pocket size (pocket-0.3m, pocket-1m, pocket-4m), HF id or local HF dir")
+                     help="pocket size (pocket-0.1m, pocket-0.3m, pocket-1m, pocket-4m), HF id or local HF dir")
     warm_start: Any = _opt({}, kind=dict, help="pocket warm start (harness.backends.pocket.options.WarmStartOptions)")
     dtype: str = _opt("float32", kind=str, choices=("float32", "bfloat16", "float16"))
     cache_dir: str | None = _opt(None, kind="str?", measures=False,

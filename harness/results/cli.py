@@ -44,6 +44,17 @@ def register(sub) -> None:
     r.add_argument("--reference", choices=["paper"], default=None, help="add the paper's Table 2 to the leaderboard")
     r.set_defaults(func=cmd_report)
 
+    mc = sub.add_parser("mechanism", help="the paper's entropy-mechanism analyses: mechanism.json + figures",
+                        description="Early consumption, the law per size (pooled and per algorithm), prediction "
+                                    "from the first third, ΔH vs covariance, and the rescue (paired 95%% CIs vs "
+                                    "the baseline). Definitions: harness/results/mechanism.py, docs/mechanism.md.")
+    mc.add_argument("runs_dir", help="folder holding the run directories of one sweep (e.g. runs/mechanism)")
+    mc.add_argument("--out", type=Path, required=True, help="output folder (e.g. results/mechanism)")
+    mc.add_argument("--score-key", default="auto", help="held-out score key (default auto: eval/<suite>/<metric>)")
+    mc.add_argument("--baseline", default="grpo", help="method the others are compared with (default grpo)")
+    mc.add_argument("--formats", default="png", help="comma-separated image formats (default png)")
+    mc.set_defaults(func=cmd_mechanism)
+
     f = sub.add_parser("fit", help="fit the entropy law R = -a·exp(H) + b",
                        description="Fits a, b (R², ceiling -a+b) per run or model from RUNS, or from exported "
                                    "CSV logs. --fit-fraction F fits on the first F of the points (step order) "
@@ -109,6 +120,16 @@ def cmd_report(args) -> int:
     if not Path(args.runs_dir).is_dir():
         raise FileNotFoundError(f"no such runs directory: {args.runs_dir}")
     for p in write_sweep_report(args.runs_dir, args.out, args.score_key, _formats(args.formats), args.reference):
+        print(p)
+    return 0
+
+
+def cmd_mechanism(args) -> int:
+    from .mechanism import write_mechanism
+
+    if not Path(args.runs_dir).is_dir():
+        raise FileNotFoundError(f"no such runs directory: {args.runs_dir}")
+    for p in write_mechanism(args.runs_dir, args.out, args.score_key, args.baseline, _formats(args.formats)):
         print(p)
     return 0
 

@@ -28,6 +28,7 @@ def _naive_greedy(model, prompt, n, eos):
 def test_sizes_have_the_advertised_parameter_counts():
     tok = TokenizerAdapter(build_char_tokenizer())
     counts = {s: n_params(build_pocket_model(s, len(tok), 0)) for s in SIZES}
+    assert 0.1e6 < counts["pocket-0.1m"] < 0.16e6
     assert 0.25e6 < counts["pocket-0.3m"] < 0.4e6
     assert 0.9e6 < counts["pocket-1m"] < 1.2e6
     assert 3.5e6 < counts["pocket-4m"] < 4.5e6

@@ -22,6 +22,7 @@ class PocketSize:
 
 # parameter counts (tied embeddings, 66-token vocab) are checked in tests/pocket/test_models.py
 SIZES = {
+    "pocket-0.1m": PocketSize(hidden=48, layers=4, heads=4, intermediate=160),      # ~0.13M (mechanism sweep)
     "pocket-0.3m": PocketSize(hidden=64, layers=5, heads=4, intermediate=256),     # ~0.34M
     "pocket-1m": PocketSize(hidden=128, layers=5, heads=4, intermediate=384),      # ~1.07M
     "pocket-4m": PocketSize(hidden=256, layers=5, heads=8, intermediate=704),      # ~4.04M

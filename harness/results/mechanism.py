@@ -1,0 +1,249 @@
+"""The paper's mechanism analyses from a runs directory: ``harness mechanism RUNS_DIR --out DIR``.
+
+Writes ``mechanism.json`` (shape below, stable; ``null`` = not computable from these runs) and figures.
+Definitions (what differs from the paper is said here):
+
+* start / end entropy of a run: mean ``entropy`` over its first / last ``WINDOW`` logged steps (the paper reads
+  single points of smoothed curves); ``grpo_entropy_ratio`` = end / start of the baseline's runs, mean ± 95% CI
+  over seeds. ``collapsed`` = ratio ≤ 0.1 and ``late_gain_fraction`` (held-out gain in the last third ÷ the total
+  gain, seed mean) < 0.1 — the criterion of issue #11.
+* ``early_fraction``: of the baseline's entropy drop (start → end) and held-out gain (step-0 eval → last eval), the
+  part realised by step T/3 (entropy: mean of the ``WINDOW`` steps ending at T/3; score: linear interpolation
+  of the eval curve at T/3), per seed, then mean ± CI. Paper: 94% of the drop, > 93% of the gain.
+* ``law``: R = -a·exp(H) + b by least squares on the pooled (entropy, held-out score) points of the GRPO-family
+  runs (``LAW_FAMILY``) of one size, all seeds (an eval at step t pairs with the entropy logged at step t+1,
+  harness.results.points); ``law_by_algorithm`` fits each algorithm alone and gives ``rmse_pooled`` (the pooled
+  fit on that algorithm's points) beside ``rmse_own``: close values = one law serves all algorithms.
+* ``prediction_rmse``: the law fitted on the pooled points of steps ≤ T/3 predicts each family run's final score
+  from its end entropy; RMSE over runs (score units; the paper reports about 1 point).
+* ``cov_vs_entropy_change``: per consecutive step pair, ΔH = H[t+1] - H[t] against the logged covariance term
+  ``cov/term`` of step t, all runs; Pearson r and least-squares slope (Theorem 1 predicts r < 0).
+  ``cov_groups`` = mean covariance of the top-x% tokens (the paper's Table 1 groups) per quarter of training.
+* ``methods``: per method and size, paired (same-seed) ratio of end entropies to the baseline's and paired
+  difference of final held-out scores (score units), mean ± 95% Student-t CI (harness.results.stats).
+
+``mechanism.json``::
+
+    {"score_key", "baseline", "law_family", "steps", "seeds",
+     "sizes": {SIZE: {"model_params", "n_runs", "law": {"a", "b", "r2", "n"},
+                      "law_by_algorithm": {ALG: {"a", "b", "r2", "n", "rmse_own", "rmse_pooled"}},
+                      "early_fraction": {"entropy_drop": IV, "gain": IV}, "late_gain_fraction": IV,
+                      "prediction_rmse", "prediction_n", "grpo_entropy_ratio": IV, "collapsed"}},
+     "size_trend": {"a_slope", "a_intercept", "a_r2", "b_slope", ...} | null,
+     "cov_vs_entropy_change": {"pearson_r", "slope", "n", "by_method": {M: {"pearson_r", "n"}}},
+     "cov_groups": {GROUP: [quarter 1..4 means]},
+     "methods": {METHOD: {SIZE: {"entropy_end_vs_grpo": IV, "score_delta_vs_grpo": IV}}}}
+
+with IV = ``{"mean", "ci95", "n"}`` (ci95 = half-width; null when n < 2).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from . import stats
+from .collect import Collection
+from .fit import fit_entropy_law, fit_size_trend, ols_line
+from .points import resolve_score_key, run_points, score_series
+
+WINDOW = 5
+LAW_FAMILY = ("grpo", "rloo", "prime")
+COV_GROUPS = ["cov/top_0.02pct", "cov/top_0.2pct", "cov/top_2pct", "cov/top_20pct", "cov/top_50pct", "cov/mean"]
+
+
+def _f(v):
+    return None if v is None or not isinstance(v, (int, float)) or not math.isfinite(v) else float(v)
+
+
+def _clean(obj):
+    if isinstance(obj, dict):
+        return {str(k): _clean(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_clean(v) for v in obj]
+    if isinstance(obj, (bool, np.bool_)):
+        return bool(obj)
+    if isinstance(obj, (int, np.integer)):
+        return int(obj)
+    if isinstance(obj, (float, np.floating)):
+        return _f(float(obj))
+    return obj
+
+
+def _check(col: Collection, baseline: str) -> pd.DataFrame:
+    done = col.completed
+    if done.empty:
+        detail = "; ".join(f"{r.run_dir} ({r.detail})" for r in col.not_completed.itertuples())
+        raise ValueError(f"no completed run to analyse (result.json with status completed): {detail}")
+    if "entropy" not in col.metrics.columns or col.metrics["entropy"].notna().sum() == 0:
+        raise ValueError("the runs logged no 'entropy' in metrics.jsonl; the mechanism analyses need it")
+    methods = sorted(done["label"].astype(str).unique())
+    if baseline not in methods:
+        raise ValueError(f"baseline method {baseline!r} has no completed run; methods present: {', '.join(methods)}")
+    if (done["setting"] != "").any():
+        raise ValueError("the runs differ in settings that change what they measure ("
+                         + " | ".join(sorted(set(done["setting"]) - {""}))
+                         + "); analyse one setting at a time (pass only its run directories)")
+    return done
+
+
+def _run_summaries(col: Collection, done: pd.DataFrame, score_key: str) -> pd.DataFrame:
+    """One row per completed run: start/end/third entropy, eval curve at 0, T/3, 2T/3, T."""
+    m = col.metrics[col.metrics["run_dir"].isin(done["run_dir"])]
+    scores = score_series(col, score_key)
+    rows = []
+    for r in done.itertuples():
+        h = m[m["run_dir"] == r.run_dir].dropna(subset=["entropy"]).sort_values("step")
+        s = scores[scores["run_dir"] == r.run_dir].sort_values("step")
+        if len(h) < 2 * WINDOW or s.empty:
+            continue
+        steps = int(h["step"].max())
+        third = steps / 3
+        upto = h[h["step"] <= third]
+        interp = (lambda x: float(np.interp(x, s["step"], s["score"]))) if len(s) >= 2 else (lambda x: math.nan)
+        rows.append({"run_dir": r.run_dir, "model": r.model, "model_params": r.model_params, "label": r.label,
+                     "seed": r.seed, "steps": steps,
+                     "h_start": float(h["entropy"].head(WINDOW).mean()), "h_end": float(h["entropy"].tail(WINDOW).mean()),
+                     "h_third": float(upto["entropy"].tail(WINDOW).mean()) if len(upto) else math.nan,
+                     "h_last": float(h["entropy"].iloc[-1]),
+                     "s_first": float(s["score"].iloc[0]), "s_end": float(s["score"].iloc[-1]),
+                     "s_third": interp(third), "s_two_thirds": interp(2 * third),
+                     "first_eval_step": int(s["step"].iloc[0])})
+    if not rows:
+        raise ValueError(f"no completed run has at least {2 * WINDOW} logged entropy steps and a {score_key!r} "
+                         "score; nothing to analyse")
+    return pd.DataFrame(rows)
+
+
+def _frac(num, den):
+    return num / den if den and math.isfinite(den) and abs(den) > 1e-12 else math.nan
+
+
+def _law_dict(fit) -> dict:
+    return {"a": fit.a, "b": fit.b, "r2": fit.r2, "n": fit.n_points}
+
+
+def _size_block(runs: pd.DataFrame, pts: pd.DataFrame, baseline: str) -> dict:
+    base = runs[runs["label"] == baseline]
+    out: dict = {"model_params": _f(runs["model_params"].max()), "n_runs": int(len(runs))}
+    ratio = stats.mean_ci(base["h_end"] / base["h_start"])
+    drop = [_frac(r.h_start - r.h_third, r.h_start - r.h_end) for r in base.itertuples()]
+    gain = [_frac(r.s_third - r.s_first, r.s_end - r.s_first) for r in base.itertuples()]
+    late = [_frac(r.s_end - r.s_two_thirds, r.s_end - r.s_first) for r in base.itertuples()]
+    late_iv = stats.mean_ci(late)
+    out["grpo_entropy_ratio"] = ratio.to_dict()
+    out["early_fraction"] = {"entropy_drop": stats.mean_ci(drop).to_dict(), "gain": stats.mean_ci(gain).to_dict()}
+    out["late_gain_fraction"] = late_iv.to_dict()
+    out["collapsed"] = bool(math.isfinite(ratio.mean) and ratio.mean <= 0.1 and math.isfinite(late_iv.mean)
+                            and late_iv.mean < 0.1)
+    fam = pts[pts["label"].isin(LAW_FAMILY)].sort_values(["step", "run_dir"])
+    out["law"], out["law_by_algorithm"], out["prediction_rmse"], out["prediction_n"] = None, {}, None, 0
+    if len(fam) < 3:
+        return out
+    try:
+        pooled = fit_entropy_law(fam["entropy"], fam["score"])
+    except ValueError:
+        return out
+    out["law"] = _law_dict(pooled)
+    for alg, g in fam.groupby("label"):
+        try:
+            own = fit_entropy_law(g["entropy"], g["score"])
+        except ValueError:
+            continue
+        resid = g["score"] - pooled.predict(g["entropy"])
+        out["law_by_algorithm"][alg] = {**_law_dict(own), "rmse_own": own.rmse,
+                                        "rmse_pooled": float(np.sqrt(np.mean(resid ** 2)))}
+    steps = runs["steps"].max()
+    early = fam[fam["step"] <= steps / 3]
+    try:
+        early_fit = fit_entropy_law(early["entropy"], early["score"])
+    except ValueError:
+        return out
+    fr = runs[runs["label"].isin(LAW_FAMILY)]
+    err = fr["s_end"] - early_fit.predict(fr["h_last"])
+    out["prediction_rmse"] = float(np.sqrt(np.mean(err ** 2)))
+    out["prediction_n"] = int(len(fr))
+    out["prediction_law"] = _law_dict(early_fit)
+    return out
+
+
+def _cov(col: Collection, done: pd.DataFrame) -> tuple[dict | None, dict]:
+    from .plots import NoData, entropy_change_pairs, pearson_r
+
+    m = col.metrics[col.metrics["run_dir"].isin(done["run_dir"])]
+    try:
+        pairs = entropy_change_pairs(m)
+    except NoData:
+        return None, {}
+    slope, _, _ = ols_line(pairs["cov/term"].to_numpy(float), pairs["delta_h"].to_numpy(float))
+    res = {"pearson_r": pearson_r(pairs["cov/term"], pairs["delta_h"]), "slope": slope, "n": int(len(pairs)),
+           "by_method": {str(k): {"pearson_r": pearson_r(g["cov/term"], g["delta_h"]), "n": int(len(g))}
+                         for k, g in pairs.groupby("label")}}
+    groups = {}
+    steps = m["step"].max()
+    q = np.minimum((m["step"] - 1) * 4 // max(steps, 1), 3)
+    for k in COV_GROUPS:
+        if k in m.columns and m[k].notna().any():
+            groups[k] = [float(m[k][q == i].mean()) for i in range(4)]
+    return res, groups
+
+
+def analyse(col: Collection, score_key: str = "auto", baseline: str = "grpo") -> dict:
+    """All analyses of the module docstring; raises ValueError naming what the runs lack."""
+    done = _check(col, baseline)
+    key = resolve_score_key(col, score_key)
+    runs = _run_summaries(col, done, key)
+    pts = run_points(col, key)
+    out: dict = {"score_key": key, "baseline": baseline, "law_family": list(LAW_FAMILY),
+                 "steps": int(runs["steps"].max()), "seeds": int(runs.groupby(["model", "label"]).size().max()),
+                 "window": WINDOW, "sizes": {}, "methods": {}}
+    order = runs.groupby("model")["model_params"].max().sort_values(na_position="last").index
+    for model in order:
+        r = runs[runs["model"] == model]
+        if (r["label"] == baseline).any():
+            out["sizes"][str(model)] = _size_block(r, pts[pts["model"] == model], baseline)
+    laws = [(v["model_params"], v["law"]) for v in out["sizes"].values() if v["law"] and v["model_params"]]
+    out["size_trend"] = None
+    if len({p for p, _ in laws}) >= 2:
+        out["size_trend"] = fit_size_trend([p for p, _ in laws], [w["a"] for _, w in laws],
+                                           [w["b"] for _, w in laws]).to_dict()
+    out["cov_vs_entropy_change"], out["cov_groups"] = _cov(col, done)
+    for (model, label), g in runs.groupby(["model", "label"]):
+        if label == baseline:
+            continue
+        base = runs[(runs["model"] == model) & (runs["label"] == baseline)]
+        if base.empty:
+            continue
+        bh = dict(zip(base["seed"], base["h_end"]))
+        bs = dict(zip(base["seed"], base["s_end"]))
+        out["methods"].setdefault(str(label), {})[str(model)] = {
+            "entropy_end_vs_grpo": stats.paired_ratio(dict(zip(g["seed"], g["h_end"])), bh).to_dict(),
+            "score_delta_vs_grpo": stats.paired_diff(dict(zip(g["seed"], g["s_end"])), bs).to_dict()}
+    out["runs"] = runs.drop(columns=["run_dir"]).to_dict(orient="records")
+    return _clean(out)
+
+
+def write_mechanism(runs_dir, out_dir, score_key: str = "auto", baseline: str = "grpo",
+                    formats=("png",)) -> list[Path]:
+    """Collect ``runs_dir``, analyse, write mechanism.json and the figures; returns the written paths."""
+    import warnings
+
+    from .collect import collect
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        col = collect([runs_dir])
+    res = analyse(col, score_key, baseline)
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    path = out_dir / "mechanism.json"
+    path.write_text(json.dumps(res, indent=1, sort_keys=True) + "\n", encoding="utf-8")
+    written = [path]
+    from .mechanism_plots import plot_mechanism
+
+    written += plot_mechanism(col, res, out_dir, formats)
+    return written

@@ -1,0 +1,79 @@
+"""Figures of ``harness mechanism``: entropy per size, the law per size, ΔH vs covariance, the rescue."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from .plots import NoData, _save, method_palette, plot_entropy_change, plt
+
+
+def _panels(n: int):
+    fig, axes = plt.subplots(1, n, figsize=(4.2 * n, 3.6), squeeze=False)
+    return fig, axes[0]
+
+
+def plot_mechanism(col, res: dict, out_dir: Path, formats=("png",)) -> list[Path]:
+    written: list[Path] = []
+    sizes = list(res["sizes"])
+    m = col.metrics[col.metrics["status"] == "completed"]
+    order, palette = method_palette(m["label"].astype(str))
+    fig, axes = _panels(len(sizes))
+    for ax, size in zip(axes, sizes):
+        g = m[m["model"] == size]
+        for lab in order:
+            c = g[g["label"] == lab].groupby("step")["entropy"].agg(["mean", "std"])
+            if c.empty:
+                continue
+            ax.plot(c.index, c["mean"], color=palette[lab], lw=1.2, label=lab)
+            ax.fill_between(c.index, c["mean"] - c["std"], c["mean"] + c["std"], color=palette[lab], alpha=0.12)
+        r = res["sizes"][size]["grpo_entropy_ratio"]["mean"]
+        ax.set_title(f"{size}: GRPO end/start entropy {r:.2f}" if r is not None else size)
+        ax.set_xlabel("step")
+        ax.set_ylabel("entropy (mean ± sd over seeds)")
+    axes[0].legend(fontsize=7)
+    written += _save(fig, out_dir, "mechanism_entropy", formats)
+
+    from .points import run_points
+
+    pts = run_points(col, res["score_key"])
+    fig, axes = _panels(len(sizes))
+    for ax, size in zip(axes, sizes):
+        p = pts[(pts["model"] == size) & pts["label"].isin(res["law_family"])]
+        for lab, g in p.groupby("label"):
+            ax.scatter(g["entropy"], g["score"], s=8, alpha=0.5, color=palette.get(lab), label=lab)
+        law = res["sizes"][size]["law"]
+        if law and len(p):
+            h = np.linspace(p["entropy"].min(), p["entropy"].max(), 50)
+            ax.plot(h, -law["a"] * np.exp(h) + law["b"], color="k", lw=1)
+            ax.set_title(f"{size}: a={law['a']:.2f} b={law['b']:.2f} R²={law['r2']:.2f}")
+        ax.set_xlabel("entropy H")
+        ax.set_ylabel(res["score_key"])
+    axes[0].legend(fontsize=7)
+    written += _save(fig, out_dir, "mechanism_law", formats)
+
+    try:
+        written += plot_entropy_change(col, out_dir, formats=formats)
+    except NoData:
+        pass
+
+    methods = list(res["methods"])
+    if methods:
+        fig, axes = plt.subplots(1, 2, figsize=(10, 3.8))
+        width = 0.8 / max(len(sizes), 1)
+        for k, (key, title) in enumerate([("entropy_end_vs_grpo", "end entropy ÷ GRPO's (paired, 95% CI)"),
+                                          ("score_delta_vs_grpo", "final score − GRPO's (paired, 95% CI)")]):
+            ax = axes[k]
+            for j, size in enumerate(sizes):
+                mean = [(res["methods"][mm].get(size) or {}).get(key, {}).get("mean") for mm in methods]
+                ci = [(res["methods"][mm].get(size) or {}).get(key, {}).get("ci95") for mm in methods]
+                x = np.arange(len(methods)) + j * width
+                ax.bar(x, [v if v is not None else np.nan for v in mean], width,
+                       yerr=[v if v is not None else 0 for v in ci], capsize=2, label=size)
+            ax.axhline(1.0 if k == 0 else 0.0, color="0.4", lw=0.8)
+            ax.set_xticks(np.arange(len(methods)) + 0.4 - width / 2, methods, rotation=30, fontsize=8)
+            ax.set_title(title, fontsize=9)
+        axes[0].legend(fontsize=7)
+        written += _save(fig, out_dir, "mechanism_rescue", formats)
+    return written

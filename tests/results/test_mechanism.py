@@ -1,0 +1,130 @@
+"""`harness mechanism` on synthetic runs with known answers: the law's a, b; early fractions and the entropy
+ratio worked out by hand; a covariance series with a known (exact) relation to the entropy change; the paired
+rescue ratio; clear errors for bad or partial runs directories."""
+
+import json
+import math
+
+import numpy as np
+import pytest
+
+from harness.cli import main
+from harness.results.collect import collect
+from harness.results.mechanism import WINDOW, analyse
+
+A, B, H0, DECAY, STEPS = 0.3, 0.9, 1.0, 0.05, 30
+
+
+def _h(t, h0=H0):
+    return h0 * math.exp(-DECAY * t)
+
+
+def _family(root, mk, methods=("grpo", "rloo", "prime"), seeds=(0, 1, 2), **kw):
+    for m in methods:
+        for s in seeds:
+            mk(root, f"{m}{s}", method=m, advantage=m if m in ("rloo", "prime") else "grpo", seed=s,
+               steps=STEPS, law=(A, B), h0=kw.get("h0", {}).get(m, H0), decay=DECAY, eval_every=3)
+
+
+def test_law_early_fraction_ratio_and_prediction_by_hand(runs_root, mk):
+    _family(runs_root, mk)
+    res = analyse(collect([runs_root]))
+    size = res["sizes"]["pocket-1m"]
+    # every eval lies on R = -A exp(H) + B, so the pooled fit and each algorithm's fit recover A and B
+    assert size["law"]["a"] == pytest.approx(A) and size["law"]["b"] == pytest.approx(B)
+    assert size["law"]["r2"] == pytest.approx(1.0) and size["law"]["n"] == 3 * 3 * (STEPS // 3)  # step 0..27
+    for alg in ("grpo", "rloo", "prime"):
+        assert size["law_by_algorithm"][alg]["a"] == pytest.approx(A)
+        assert size["law_by_algorithm"][alg]["rmse_pooled"] == pytest.approx(0.0, abs=1e-9)
+    steps = np.arange(1, STEPS + 1)
+    h = H0 * np.exp(-DECAY * steps)
+    start, end, third = h[:WINDOW].mean(), h[-WINDOW:].mean(), h[STEPS // 3 - WINDOW:STEPS // 3].mean()
+    assert size["grpo_entropy_ratio"]["mean"] == pytest.approx(end / start)
+    assert size["grpo_entropy_ratio"]["ci95"] == pytest.approx(0.0, abs=1e-12)  # identical seeds
+    assert size["early_fraction"]["entropy_drop"]["mean"] == pytest.approx((start - third) / (start - end))
+    score = lambda t: -A * math.exp(_h(t + 1)) + B  # noqa: E731  (eval at t scores the policy after t updates)
+    at_third = score(9) + (score(12) - score(9)) / 3  # evals every 3 steps: linear interpolation at T/3 = 10
+    gain = (at_third - score(0)) / (score(30) - score(0))
+    assert size["early_fraction"]["gain"]["mean"] == pytest.approx(gain)
+    at_two_thirds = score(18) + (score(21) - score(18)) * 2 / 3
+    late = (score(30) - at_two_thirds) / (score(30) - score(0))
+    assert size["late_gain_fraction"]["mean"] == pytest.approx(late)
+    assert size["collapsed"] is False and end / start > 0.1  # 30 steps of this decay do not collapse
+    # the early fit is exact too; the final eval (after 30 updates) is predicted from the step-30 entropy
+    assert size["prediction_rmse"] == pytest.approx(A * (math.exp(_h(30)) - math.exp(_h(31))))
+    assert res["steps"] == STEPS and res["seeds"] == 3
+
+
+def test_rescue_is_a_paired_ratio_and_difference(runs_root, mk):
+    _family(runs_root, mk, methods=("grpo", "kl_cov"), h0={"kl_cov": 2 * H0})
+    res = analyse(collect([runs_root]))
+    kl = res["methods"]["kl_cov"]["pocket-1m"]
+    assert kl["entropy_end_vs_grpo"]["mean"] == pytest.approx(2.0) and kl["entropy_end_vs_grpo"]["n"] == 3
+    expected = (-A * math.exp(_h(31, 2 * H0)) + B) - (-A * math.exp(_h(31)) + B)
+    assert kl["score_delta_vs_grpo"]["mean"] == pytest.approx(expected)
+
+
+def test_covariance_with_a_known_relation_to_the_entropy_change(runs_root, mk):
+    """cov/term at step t is set to -(H[t+1] - H[t]) / eta + noise with a known correlation."""
+    eta = 0.5
+    rng = np.random.default_rng(0)
+    for s in range(2):
+        d = mk(runs_root, f"grpo{s}", seed=s, steps=STEPS)
+        rows = [json.loads(x) for x in (d / "metrics.jsonl").read_text().splitlines()]
+        for t, r in enumerate(rows[:-1]):
+            r["cov/term"] = -(rows[t + 1]["entropy"] - r["entropy"]) / eta
+        rows[-1]["cov/term"] = None
+        (d / "metrics.jsonl").write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+    res = analyse(collect([runs_root]))["cov_vs_entropy_change"]
+    assert res["pearson_r"] == pytest.approx(-1.0) and res["slope"] == pytest.approx(-eta)
+    assert res["n"] == 2 * (STEPS - 1)
+    # with noise: r equals the correlation of the series written
+    for d in runs_root.iterdir():
+        rows = [json.loads(x) for x in (d / "metrics.jsonl").read_text().splitlines()]
+        for r in rows[:-1]:
+            r["cov/term"] += 0.05 * rng.standard_normal()
+        (d / "metrics.jsonl").write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+    col = collect([runs_root])
+    m = col.metrics.sort_values(["run_dir", "step"])
+    dh = m.groupby("run_dir")["entropy"].shift(-1) - m["entropy"]
+    ok = dh.notna()
+    want = np.corrcoef(m["cov/term"][ok], dh[ok])[0, 1]
+    assert -0.99 < want < -0.2
+    assert analyse(col)["cov_vs_entropy_change"]["pearson_r"] == pytest.approx(want)
+
+
+def test_cli_writes_json_and_figures(runs_root, mk, tmp_path, capsys):
+    _family(runs_root, mk, methods=("grpo", "kl_cov"), seeds=(0, 1))
+    assert main(["mechanism", str(runs_root), "--out", str(tmp_path / "out")]) == 0
+    res = json.loads((tmp_path / "out" / "mechanism.json").read_text())
+    assert set(res) >= {"sizes", "methods", "cov_vs_entropy_change", "seeds", "steps", "size_trend"}
+    assert (tmp_path / "out" / "mechanism_entropy.png").is_file() and (tmp_path / "out" / "mechanism_law.png").is_file()
+    assert (tmp_path / "out" / "mechanism_rescue.png").is_file()
+
+
+@pytest.mark.parametrize("case,match", [
+    ("missing", "no such runs directory"),
+    ("empty", "no run directories under"),
+    ("partial", "no completed run to analyse"),
+    ("no_baseline", "baseline method 'grpo' has no completed run; methods present: kl_cov"),
+    ("mixed_steps", "differ in settings that change what they measure"),
+])
+def test_bad_runs_dirs_give_one_error_line(runs_root, mk, tmp_path, capsys, case, match):
+    root = tmp_path / "nowhere"
+    if case == "empty":
+        root.mkdir()
+    elif case == "partial":
+        mk(runs_root, "grpo0", write_result=False)
+        root = runs_root
+    elif case == "no_baseline":
+        mk(runs_root, "kl0", method="kl_cov")
+        root = runs_root
+    elif case == "mixed_steps":
+        for i, st in enumerate((50, 100)):
+            d = mk(runs_root, f"grpo{i}", seed=i)
+            (d / "config.yaml").write_text((d / "config.yaml").read_text() + f"train: {{steps: {st}}}\n")
+        root = runs_root
+    assert main(["mechanism", str(root), "--out", str(tmp_path / "out")]) != 0
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1].startswith("error: ") and match in err[-1]
+    assert not (tmp_path / "out" / "mechanism.json").exists()
