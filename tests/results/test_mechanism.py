@@ -128,3 +128,14 @@ def test_bad_runs_dirs_give_one_error_line(runs_root, mk, tmp_path, capsys, case
     err = capsys.readouterr().err.strip().splitlines()
     assert err[-1].startswith("error: ") and match in err[-1]
     assert not (tmp_path / "out" / "mechanism.json").exists()
+
+
+def test_a_fast_collapse_meets_the_collapse_criterion(runs_root, mk):
+    for s in range(2):
+        mk(runs_root, f"grpo{s}", seed=s, steps=STEPS, law=(A, B), decay=0.25, eval_every=3)
+    size = analyse(collect([runs_root]))["sizes"]["pocket-1m"]
+    steps = np.arange(1, STEPS + 1)
+    h = np.exp(-0.25 * steps)
+    assert size["grpo_entropy_ratio"]["mean"] == pytest.approx(h[-WINDOW:].mean() / h[:WINDOW].mean())
+    assert size["grpo_entropy_ratio"]["mean"] < 0.1 and size["late_gain_fraction"]["mean"] < 0.1
+    assert size["collapsed"] is True
