@@ -7,7 +7,7 @@
    (target <= 1.2x) and peak extra memory as a fraction of the logits tensor (target <= 1/8). Memory is the
    peak RSS growth of a fresh subprocess, so each route is measured alone.
 
-    python benchmarks/bench_methods.py [--tokens 2048] [--repeats 5] [--markdown]
+    python benchmarks/bench_methods.py [--repeats 5] [--padding 0.25] [--clock cpu] [--threads 1] [--losses-only]
 """
 
 from __future__ import annotations
@@ -25,22 +25,25 @@ import harness
 VOCAB = 151_936
 
 
-def time_round_robin(fns: dict, repeats: int) -> dict[str, float]:
-    """Best-of-``repeats`` seconds per function, interleaved so load from other processes hits all alike."""
+def time_round_robin(fns: dict, repeats: int, clock=time.perf_counter) -> dict[str, float]:
+    """Best-of-``repeats`` seconds per function, interleaved so load from other processes hits all alike.
+    ``clock=time.process_time`` counts this process's CPU time (steadier on a shared machine)."""
     for fn in fns.values():
         fn()  # warm-up
     best = {name: float("inf") for name in fns}
     for _ in range(repeats):
         for name, fn in fns.items():
-            t0 = time.perf_counter()
+            t0 = clock()
             fn()
-            best[name] = min(best[name], time.perf_counter() - t0)
+            best[name] = min(best[name], clock() - t0)
     return best
 
 
-def bench_losses(b: int, t: int, repeats: int) -> dict[str, float]:
+def bench_losses(b: int, t: int, repeats: int, padding: float = 0.0, clock=time.perf_counter) -> dict[str, float]:
+    """``padding``: each row keeps a uniform random length in [(1 - 2 padding) T, T] (mean padding fraction)."""
     g = torch.Generator().manual_seed(0)
-    mask = torch.ones(b, t)
+    lengths = torch.randint(max(1, int((1 - 2 * padding) * t)), t + 1, (b, 1), generator=g) if padding else t
+    mask = (torch.arange(t)[None, :] < lengths).float() if padding else torch.ones(b, t)
     adv = harness.get_method("grpo").advantages((torch.rand(b, generator=g) > 0.5).float(),
                                                 torch.arange(b) // 8, mask)
     old = -torch.rand(b, t, generator=g) * 3
@@ -64,7 +67,7 @@ def bench_losses(b: int, t: int, repeats: int) -> dict[str, float]:
         harness.ops.agg_loss(tok.loss, mask, kl.agg).backward()
 
     steps[BARE] = bare_kl_cov
-    return time_round_robin(steps, repeats)
+    return time_round_robin(steps, repeats, clock)
 
 
 BARE = "bare KL-Cov loss (baseline)"
@@ -106,17 +109,26 @@ def main(argv=None) -> int:
     p.add_argument("--seq", type=int, default=2048)
     p.add_argument("--rows", type=int, default=2048, help="entropy benchmark rows (tokens)")
     p.add_argument("--repeats", type=int, default=5)
+    p.add_argument("--padding", type=float, default=0.0, help="mean fraction of padding tokens in the loss batch")
+    p.add_argument("--clock", choices=("wall", "cpu"), default="wall", help="cpu: this process's CPU time")
+    p.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
+    p.add_argument("--losses-only", action="store_true", help="skip the entropy benchmark")
     args = p.parse_args(argv)
+    if args.threads:
+        torch.set_num_threads(args.threads)
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads")
 
-    losses = bench_losses(args.batch, args.seq, args.repeats)
+    clock = time.process_time if args.clock == "cpu" else time.perf_counter
+    losses = bench_losses(args.batch, args.seq, args.repeats, args.padding, clock)
     base = losses["grpo"]
-    print(f"\npolicy_loss forward+backward, {args.batch} x {args.seq} = {args.batch * args.seq:,} valid tokens "
-          f"(best of {args.repeats}, interleaved)\n")
+    print(f"\npolicy_loss forward+backward, {args.batch} x {args.seq} tokens, padding {args.padding:.0%} "
+          f"(best of {args.repeats}, interleaved, {args.clock} time)\n")
     print("| method | time (ms) | ratio to grpo |\n|---|---:|---:|")
     for name, sec in losses.items():
         print(f"| {name} | {sec * 1e3:.0f} | {sec / base:.2f}x |")
     print(f"\nkl_cov policy_loss / bare KL-Cov loss: {losses['kl_cov'] / losses[BARE]:.2f}x (target <= 1.3x)")
+    if args.losses_only:
+        return 0
 
     ent = bench_entropy(args.rows, max(3, args.repeats // 2))
     plain, chunked = ent["plain"], ent["chunked"]

@@ -52,6 +52,7 @@ class TokenLoss:
     clipped: torch.Tensor | None = None   # (B,T) bool, tokens where the clipped branch is active
     selected: torch.Tensor | None = None  # (B,T) bool, tokens a covariance method acted on
     metrics: dict[str, float] = field(default_factory=dict)
+    log_ratio: torch.Tensor | None = None  # (B,T) log pi - log pi_old as computed (unclamped), reused by diagnostics
 
 
 def hparam(default, help: str, *, choices=None, low=None, high=None, low_open: bool = False):
@@ -254,8 +255,9 @@ class Method:
     def per_token_loss(self, log_probs, old_log_probs, advantages, mask, *, entropy=None, step=0, generator=None,
                        selected=None) -> TokenLoss:
         """The PPO clipped surrogate per token: max(-A r, -A clip(r, 1-eps_low, 1+eps_high))."""
-        loss, clipped = ppo_clip_token_loss(log_probs, old_log_probs, advantages, self.eps_low, self.eps_high)
-        return TokenLoss(loss, clipped=clipped & mask.bool())
+        log_ratio = log_probs - old_log_probs
+        loss, clipped = _ppo_clip(log_ratio, advantages, self.eps_low, self.eps_high)
+        return TokenLoss(loss, clipped=clipped & mask.bool(), log_ratio=log_ratio)
 
     def policy_loss(self, log_probs, old_log_probs, advantages, mask, *, entropy=None, step: int = 0,
                     generator: torch.Generator | None = None, selected: torch.Tensor | None = None,
@@ -268,12 +270,14 @@ class Method:
         """
         mask = check_mask(mask)
         valid = mask.bool()
+        padded = bool(torch.count_nonzero(valid) < valid.numel())
         # padding may hold anything (even NaN): zero it so no masked product can turn it into NaN
         log_probs, old_log_probs, advantages = (
-            valid_tokens(name, x, valid) for name, x in (("log_probs", log_probs), ("old_log_probs", old_log_probs),
-                                                         ("advantages", advantages)))
+            valid_tokens(name, x, valid, padded) for name, x in (("log_probs", log_probs),
+                                                                 ("old_log_probs", old_log_probs),
+                                                                 ("advantages", advantages)))
         if entropy is not None:
-            entropy = valid_tokens("entropy", entropy, valid)
+            entropy = valid_tokens("entropy", entropy, valid, padded)
         if selected is not None:
             selected = check_token_tensor("selected", selected, mask, float_only=False).bool()
         tok = self.per_token_loss(log_probs, old_log_probs, advantages, mask, entropy=entropy, step=step,
@@ -300,7 +304,7 @@ class Method:
             valid = mask.bool()
             count = torch.count_nonzero(valid)
             n_valid = float(count)
-            log_ratio = log_probs.detach() - old_log_probs.detach()  # 0 on padding
+            log_ratio = (tok.log_ratio if tok.log_ratio is not None else log_probs - old_log_probs).detach()  # 0 on padding
             sums = {"ppo_kl": -log_ratio.sum(), "ppo_kl_abs": torch.linalg.vector_norm(log_ratio, 1)}
             if tok.clipped is not None:
                 sums["clipfrac"] = torch.count_nonzero(tok.clipped & valid)
@@ -330,7 +334,11 @@ def ppo_clip_token_loss(log_probs, old_log_probs, advantages, eps_low: float, ep
 
     Returns (loss, clipped) where clipped = l2 > l1 (the official ``pg_clipfrac`` / Clip-Cov's clip_by_origin).
     """
-    ratio = torch.exp(log_probs - old_log_probs)
+    return _ppo_clip(log_probs - old_log_probs, advantages, eps_low, eps_high)
+
+
+def _ppo_clip(log_ratio, advantages, eps_low: float, eps_high: float):
+    ratio = torch.exp(log_ratio)
     l1 = -advantages * ratio
     l2 = -advantages * torch.clamp(ratio, 1.0 - eps_low, 1.0 + eps_high)
     return torch.maximum(l1, l2), l2 > l1

@@ -41,9 +41,9 @@ def check_token_tensor(name: str, x, mask: torch.Tensor, *, float_only: bool = T
     return x
 
 
-def valid_tokens(name: str, x, valid: torch.Tensor) -> torch.Tensor:
-    """A (B,T) float input as the losses use it: at least float32 and 0 on padding (which may hold anything);
-    one finiteness pass over the result, whose failure names the first non-finite valid token."""
+def valid_tokens(name: str, x, valid: torch.Tensor, padded: bool = True) -> torch.Tensor:
+    """A (B,T) float input as the losses use it: at least float32 and 0 on padding (which may hold anything;
+    ``padded=False``: there is none); one finiteness pass, whose failure names the first non-finite valid token."""
     x = _tensor(name, x)
     if tuple(x.shape) != tuple(valid.shape):
         raise ValueError(f"{name} has shape {tuple(x.shape)} but mask has shape {tuple(valid.shape)}; "
@@ -52,7 +52,8 @@ def valid_tokens(name: str, x, valid: torch.Tensor) -> torch.Tensor:
         raise TypeError(f"{name} must be a floating-point tensor, got {x.dtype}")
     if x.dtype in (torch.float16, torch.bfloat16):
         x = x.float()
-    x = x.masked_fill(~valid, 0.0)
+    if padded:
+        x = x.masked_fill(~valid, 0.0)
     if not bool(torch.isfinite(x.detach().sum())):  # a NaN/inf on a valid token (or an overflowing sum)
         check_token_tensor(name, x, valid)  # raises, naming the first bad token
     return x

@@ -49,5 +49,5 @@ class KLCov(CovarianceMethod):
                 chosen = self.selection_rule(log_probs.detach(), old_log_probs, advantages, mask, generator)
         beta = self.beta_at(step)
         loss = -advantages * torch.exp(log_ratio) + beta * log_ratio.abs() * chosen.to(log_ratio.dtype)
-        return TokenLoss(loss, clipped=torch.zeros_like(chosen), selected=chosen,
+        return TokenLoss(loss, clipped=None, selected=chosen, log_ratio=log_ratio,  # no PPO clip: clipfrac is 0
                          metrics={"kl_cov/beta": beta})
