@@ -242,8 +242,62 @@ def write_mechanism(runs_dir, out_dir, score_key: str = "auto", baseline: str = 
     out_dir.mkdir(parents=True, exist_ok=True)
     path = out_dir / "mechanism.json"
     path.write_text(json.dumps(res, indent=1, sort_keys=True) + "\n", encoding="utf-8")
-    written = [path]
+    md = out_dir / "mechanism.md"
+    md.write_text(f"# Mechanism analyses: {runs_dir}\n\nRegenerate: `harness mechanism {runs_dir} --out {out_dir}`"
+                  "\n\n" + summary_markdown(res), encoding="utf-8")
+    written = [path, md]
     from .mechanism_plots import plot_mechanism
 
     written += plot_mechanism(col, res, out_dir, formats)
     return written
+
+
+def _iv(d, scale: float = 1.0, fmt: str = "{:.2f}") -> str:
+    if not d or d.get("mean") is None:
+        return "—"
+    text = fmt.format(d["mean"] * scale)
+    if d.get("ci95") is not None:
+        text += " ± " + fmt.replace("+", "").format(d["ci95"] * scale)
+    return text + f" (n={d.get('n')})"
+
+
+def summary_markdown(res: dict) -> str:
+    """mechanism.md: the numbers of mechanism.json as tables (scores in percent points)."""
+    g = lambda v, f="{:.3g}": "—" if v is None else f.format(v)  # noqa: E731
+    out = [f"Score: `{res['score_key']}` (percent below); baseline `{res['baseline']}`; {res['steps']} steps; "
+           f"up to {res['seeds']} seeds per (size, method); intervals = 95% Student-t over seeds.", "",
+           "| size | params | GRPO end/start entropy | late-third gain / total | collapsed | early: entropy drop "
+           "| early: gain | law a | law b | law R² | points | prediction RMSE (points, runs) |",
+           "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    for size, v in res["sizes"].items():
+        law = v.get("law") or {}
+        out.append(f"| {size} | {g(v['model_params'], '{:.3g}')} | {_iv(v['grpo_entropy_ratio'])} | "
+                   f"{_iv(v['late_gain_fraction'])} | {'yes' if v['collapsed'] else 'no'} | "
+                   f"{_iv(v['early_fraction']['entropy_drop'])} | {_iv(v['early_fraction']['gain'])} | "
+                   f"{g(law.get('a'))} | {g(law.get('b'))} | {g(law.get('r2'), '{:.2f}')} | {law.get('n', '—')} | "
+                   f"{g(None if v['prediction_rmse'] is None else 100 * v['prediction_rmse'], '{:.1f}')} "
+                   f"({v['prediction_n']}) |")
+    out += ["", "Law per algorithm (one law for all? compare the pooled fit's RMSE on that algorithm's points with "
+            "its own fit's):", "", "| size | algorithm | a | b | R² | points | RMSE own | RMSE pooled |",
+            "|---|---|---|---|---|---|---|---|"]
+    for size, v in res["sizes"].items():
+        for alg, w in v["law_by_algorithm"].items():
+            out.append(f"| {size} | {alg} | {g(w['a'])} | {g(w['b'])} | {g(w['r2'], '{:.2f}')} | {w['n']} | "
+                       f"{g(w['rmse_own'])} | {g(w['rmse_pooled'])} |")
+    t = res.get("size_trend")
+    if t:
+        out += ["", f"a = {t['a_slope']:.3g}·log10(N) + {t['a_intercept']:.3g} (R² {g(t['a_r2'], '{:.2f}')}); "
+                    f"b = {t['b_slope']:.3g}·log10(N) + {t['b_intercept']:.3g} (R² {g(t['b_r2'], '{:.2f}')}), "
+                    f"{t['n_sizes']} sizes."]
+    c = res.get("cov_vs_entropy_change")
+    if c:
+        per = ", ".join(f"{m} {g(w['pearson_r'], '{:.2f}')} (n={w['n']})" for m, w in c["by_method"].items())
+        out += ["", f"ΔH = H[t+1] − H[t] vs cov/term[t]: Pearson r = {g(c['pearson_r'], '{:.2f}')}, slope "
+                    f"{g(c['slope'])}, n = {c['n']} step pairs (Theorem 1 predicts r < 0). By method: {per}."]
+    out += ["", "Rescue vs the baseline, paired by seed (end entropy ratio; final score difference in points):", "",
+            "| method | size | end entropy ÷ GRPO's | score − GRPO's (points) |", "|---|---|---|---|"]
+    for m, by in res["methods"].items():
+        for size, v in by.items():
+            out.append(f"| {m} | {size} | {_iv(v['entropy_end_vs_grpo'])} | "
+                       f"{_iv(v['score_delta_vs_grpo'], 100, '{:+.1f}')} |")
+    return "\n".join(out) + "\n"

@@ -139,3 +139,10 @@ def test_a_fast_collapse_meets_the_collapse_criterion(runs_root, mk):
     assert size["grpo_entropy_ratio"]["mean"] == pytest.approx(h[-WINDOW:].mean() / h[:WINDOW].mean())
     assert size["grpo_entropy_ratio"]["mean"] < 0.1 and size["late_gain_fraction"]["mean"] < 0.1
     assert size["collapsed"] is True
+
+
+def test_summary_markdown_is_written_beside_the_json(runs_root, mk, tmp_path):
+    _family(runs_root, mk, methods=("grpo", "kl_cov"), h0={"kl_cov": 2 * H0})
+    assert main(["mechanism", str(runs_root), "--out", str(tmp_path / "o")]) == 0
+    md = (tmp_path / "o" / "mechanism.md").read_text()
+    assert "| kl_cov | pocket-1m | 2.00 ± 0.00 (n=3) |" in md and f"harness mechanism {runs_root}" in md
