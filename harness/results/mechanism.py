@@ -127,7 +127,7 @@ def _law_dict(fit) -> dict:
     return {"a": fit.a, "b": fit.b, "r2": fit.r2, "n": fit.n_points}
 
 
-def _size_block(runs: pd.DataFrame, pts: pd.DataFrame, baseline: str) -> dict:
+def _size_block(runs: pd.DataFrame, pts: pd.DataFrame, baseline: str, family=LAW_FAMILY) -> dict:
     base = runs[runs["label"] == baseline]
     out: dict = {"model_params": _f(runs["model_params"].max()), "n_runs": int(len(runs))}
     ratio = stats.mean_ci(base["h_end"] / base["h_start"])
@@ -140,7 +140,7 @@ def _size_block(runs: pd.DataFrame, pts: pd.DataFrame, baseline: str) -> dict:
     out["late_gain_fraction"] = late_iv.to_dict()
     out["collapsed"] = bool(math.isfinite(ratio.mean) and ratio.mean <= 0.1 and math.isfinite(late_iv.mean)
                             and late_iv.mean < 0.1)
-    fam = pts[pts["label"].isin(LAW_FAMILY)].sort_values(["step", "run_dir"])
+    fam = pts[pts["label"].isin(family)].sort_values(["step", "run_dir"])
     out["law"], out["law_by_algorithm"], out["prediction_rmse"], out["prediction_n"] = None, {}, None, 0
     if len(fam) < 3:
         return out
@@ -163,7 +163,7 @@ def _size_block(runs: pd.DataFrame, pts: pd.DataFrame, baseline: str) -> dict:
         early_fit = fit_entropy_law(early["entropy"], early["score"])
     except ValueError:
         return out
-    fr = runs[runs["label"].isin(LAW_FAMILY)]
+    fr = runs[runs["label"].isin(family)]
     err = fr["s_end"] - early_fit.predict(fr["h_last"])
     out["prediction_rmse"] = float(np.sqrt(np.mean(err ** 2)))
     out["prediction_n"] = int(len(fr))
@@ -192,20 +192,25 @@ def _cov(col: Collection, done: pd.DataFrame) -> tuple[dict | None, dict]:
     return res, groups
 
 
-def analyse(col: Collection, score_key: str = "auto", baseline: str = "grpo") -> dict:
+def analyse(col: Collection, score_key: str = "auto", baseline: str = "grpo", law_family=LAW_FAMILY) -> dict:
     """All analyses of the module docstring; raises ValueError naming what the runs lack."""
     done = _check(col, baseline)
+    law_family = tuple(law_family)
+    unknown = sorted(set(law_family) - set(done["label"].astype(str)))
+    if unknown:
+        raise ValueError(f"law family method(s) {', '.join(unknown)} have no completed run; methods present: "
+                         + ", ".join(sorted(done["label"].astype(str).unique())))
     key = resolve_score_key(col, score_key)
     runs = _run_summaries(col, done, key)
     pts = run_points(col, key)
-    out: dict = {"score_key": key, "baseline": baseline, "law_family": list(LAW_FAMILY),
+    out: dict = {"score_key": key, "baseline": baseline, "law_family": list(law_family),
                  "steps": int(runs["steps"].max()), "seeds": int(runs.groupby(["model", "label"]).size().max()),
                  "window": WINDOW, "sizes": {}, "methods": {}}
     order = runs.groupby("model")["model_params"].max().sort_values(na_position="last").index
     for model in order:
         r = runs[runs["model"] == model]
         if (r["label"] == baseline).any():
-            out["sizes"][str(model)] = _size_block(r, pts[pts["model"] == model], baseline)
+            out["sizes"][str(model)] = _size_block(r, pts[pts["model"] == model], baseline, law_family)
     laws = [(v["model_params"], v["law"]) for v in out["sizes"].values() if v["law"] and v["model_params"]]
     out["size_trend"] = None
     if len({p for p, _ in laws}) >= 2:
@@ -228,7 +233,7 @@ def analyse(col: Collection, score_key: str = "auto", baseline: str = "grpo") ->
 
 
 def write_mechanism(runs_dir, out_dir, score_key: str = "auto", baseline: str = "grpo",
-                    formats=("png",)) -> list[Path]:
+                    formats=("png",), law_family=LAW_FAMILY) -> list[Path]:
     """Collect ``runs_dir``, analyse, write mechanism.json and the figures; returns the written paths."""
     import warnings
 
@@ -237,13 +242,14 @@ def write_mechanism(runs_dir, out_dir, score_key: str = "auto", baseline: str = 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         col = collect([runs_dir])
-    res = analyse(col, score_key, baseline)
+    res = analyse(col, score_key, baseline, law_family)
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     path = out_dir / "mechanism.json"
     path.write_text(json.dumps(res, indent=1, sort_keys=True) + "\n", encoding="utf-8")
     md = out_dir / "mechanism.md"
-    md.write_text(f"# Mechanism analyses: {runs_dir}\n\nRegenerate: `harness mechanism {runs_dir} --out {out_dir}`"
+    fam = "" if tuple(law_family) == LAW_FAMILY else f" --law-family {','.join(law_family)}"
+    md.write_text(f"# Mechanism analyses: {runs_dir}\n\nRegenerate: `harness mechanism {runs_dir} --out {out_dir}{fam}`"
                   "\n\n" + summary_markdown(res), encoding="utf-8")
     written = [path, md]
     from .mechanism_plots import plot_mechanism

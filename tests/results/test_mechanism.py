@@ -146,3 +146,13 @@ def test_summary_markdown_is_written_beside_the_json(runs_root, mk, tmp_path):
     assert main(["mechanism", str(runs_root), "--out", str(tmp_path / "o")]) == 0
     md = (tmp_path / "o" / "mechanism.md").read_text()
     assert "| kl_cov | pocket-1m | 2.00 ± 0.00 (n=3) |" in md and f"harness mechanism {runs_root}" in md
+
+
+def test_law_family_option(runs_root, mk, tmp_path, capsys):
+    _family(runs_root, mk, methods=("grpo", "rloo"), seeds=(0, 1))
+    assert main(["mechanism", str(runs_root), "--out", str(tmp_path / "o"), "--law-family", "grpo"]) == 0
+    res = json.loads((tmp_path / "o" / "mechanism.json").read_text())
+    assert res["law_family"] == ["grpo"] and list(res["sizes"]["pocket-1m"]["law_by_algorithm"]) == ["grpo"]
+    assert "--law-family grpo`" in (tmp_path / "o" / "mechanism.md").read_text()
+    assert main(["mechanism", str(runs_root), "--out", str(tmp_path / "p"), "--law-family", "grpo,prime"]) != 0
+    assert "law family method(s) prime have no completed run" in capsys.readouterr().err
