@@ -53,8 +53,8 @@ def register(sub) -> None:
     mc.add_argument("--score-key", default="auto", help="held-out score key (default auto: eval/<suite>/<metric>)")
     mc.add_argument("--baseline", default="grpo", help="method the others are compared with (default grpo)")
     mc.add_argument("--formats", default="png", help="comma-separated image formats (default png)")
-    mc.add_argument("--law-family", default="grpo,rloo,prime",
-                    help="comma-separated methods pooled for the law fits (default grpo,rloo,prime, the paper's)")
+    mc.add_argument("--law-family", default=None,
+                    help="comma-separated methods pooled for the law fits (default: those of grpo,rloo,prime present)")
     mc.set_defaults(func=cmd_mechanism)
 
     f = sub.add_parser("fit", help="fit the entropy law R = -a·exp(H) + b",
@@ -131,8 +131,8 @@ def cmd_mechanism(args) -> int:
 
     if not Path(args.runs_dir).is_dir():
         raise FileNotFoundError(f"no such runs directory: {args.runs_dir}")
-    family = tuple(x.strip() for x in args.law_family.split(",") if x.strip())
-    if not family:
+    family = None if args.law_family is None else tuple(x.strip() for x in args.law_family.split(",") if x.strip())
+    if family is not None and not family:
         raise ValueError("--law-family: give at least one method, e.g. grpo,rloo,prime")
     for p in write_mechanism(args.runs_dir, args.out, args.score_key, args.baseline, _formats(args.formats), family):
         print(p)

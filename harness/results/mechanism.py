@@ -192,12 +192,14 @@ def _cov(col: Collection, done: pd.DataFrame) -> tuple[dict | None, dict]:
     return res, groups
 
 
-def analyse(col: Collection, score_key: str = "auto", baseline: str = "grpo", law_family=LAW_FAMILY) -> dict:
-    """All analyses of the module docstring; raises ValueError naming what the runs lack."""
+def analyse(col: Collection, score_key: str = "auto", baseline: str = "grpo", law_family=None) -> dict:
+    """All analyses of the module docstring; raises ValueError naming what the runs lack. ``law_family``
+    None = the paper's GRPO-family methods that are present; given = exactly these (each must have runs)."""
     done = _check(col, baseline)
-    law_family = tuple(law_family)
+    explicit = law_family is not None
+    law_family = tuple(law_family) if explicit else LAW_FAMILY
     unknown = sorted(set(law_family) - set(done["label"].astype(str)))
-    if unknown:
+    if unknown and explicit:
         raise ValueError(f"law family method(s) {', '.join(unknown)} have no completed run; methods present: "
                          + ", ".join(sorted(done["label"].astype(str).unique())))
     key = resolve_score_key(col, score_key)
@@ -233,7 +235,7 @@ def analyse(col: Collection, score_key: str = "auto", baseline: str = "grpo", la
 
 
 def write_mechanism(runs_dir, out_dir, score_key: str = "auto", baseline: str = "grpo",
-                    formats=("png",), law_family=LAW_FAMILY) -> list[Path]:
+                    formats=("png",), law_family=None) -> list[Path]:
     """Collect ``runs_dir``, analyse, write mechanism.json and the figures; returns the written paths."""
     import warnings
 
@@ -248,7 +250,7 @@ def write_mechanism(runs_dir, out_dir, score_key: str = "auto", baseline: str = 
     path = out_dir / "mechanism.json"
     path.write_text(json.dumps(res, indent=1, sort_keys=True) + "\n", encoding="utf-8")
     md = out_dir / "mechanism.md"
-    fam = "" if tuple(law_family) == LAW_FAMILY else f" --law-family {','.join(law_family)}"
+    fam = "" if law_family is None else f" --law-family {','.join(law_family)}"
     md.write_text(f"# Mechanism analyses: {runs_dir}\n\nRegenerate: `harness mechanism {runs_dir} --out {out_dir}{fam}`"
                   "\n\n" + summary_markdown(res), encoding="utf-8")
     written = [path, md]
