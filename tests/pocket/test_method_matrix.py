@@ -17,9 +17,9 @@ COMBOS = [(m, a) for m in harness.list_methods() for a in harness.list_advantage
 
 def _tiny_cfg(tiny, method, advantage, steps=2):
     tiny["method"] = {"name": method, "advantage": advantage}
-    tiny["train"].update(steps=steps, prompts_per_step=2, samples_per_prompt=3, updates_per_rollout=2,
-                         micro_batch_size=2, max_new_tokens=4, dynamic_filtering=False)
-    tiny["eval"].update(every=0, n_samples=1, max_problems=2, greedy=False)
+    tiny["train"].update(steps=steps, prompts_per_step=2, samples_per_prompt=2, updates_per_rollout=2,
+                         micro_batch_size=2, max_new_tokens=3, dynamic_filtering=False, checkpoint_every=0)
+    tiny["eval"].update(every=0, n_samples=1, max_problems=1, greedy=False)
     return tiny
 
 
@@ -38,6 +38,8 @@ def test_every_loss_with_every_estimator_trains_on_pocket(tiny, tmp_path):
         assert all(math.isfinite(r["grad_norm"]) for r in rows), (name, adv)
         if tr.method.auxiliary_model() is not None:
             assert "prm/loss" in rows[0], (name, adv)
+        if name == "kl_cov":  # a method's own metrics reach metrics.jsonl on pocket too
+            assert rows[0]["kl_cov/beta"] == 1.0, (name, adv)
     assert not failures, "\n".join(failures)
 
 
@@ -176,3 +178,13 @@ def test_non_finite_gradient_raises_naming_the_method(tiny, tmp_path, toy_inf_gr
     with pytest.raises(FloatingPointError, match=r"method toy_inf_grad: non-finite gradient norm .* step 1; largest "
                                                  r"\|log-ratio\| on a valid token of the mini-batch \d"):
         tr.run()
+
+
+def test_openrlhf_rows_keep_the_methods_own_metrics():
+    from harness.backends.openrlhf.bridge import to_harness_metrics
+
+    status = {"adaptive_entropy/coef": 0.003, "kl_cov/beta": 1.0, "other/thing": 2.0, "cov/mean": 0.1}
+    row = to_harness_metrics(status, 3, method_name="adaptive_entropy")
+    assert row["adaptive_entropy/coef"] == 0.003 and row["kl_cov/beta"] == 1.0 and row["cov/mean"] == 0.1
+    assert "other/thing" not in row and row["openrlhf/other/thing"] == 2.0
+    assert "openrlhf/adaptive_entropy/coef" in to_harness_metrics(status, 3)  # without the name: not the method's
