@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 MATH_FIELDS = ("id", "response", "answer")
+TEST_FIELDS = ("test", "test_list", "tests", "input_output")
 CODE_HINT = "HumanEval-shaped code lines need id, prompt, response, test, entry_point (MBPP: test_list; " \
             "LiveCodeBench: tests; KodCode: format=kodcode + test)"
 
@@ -68,9 +69,35 @@ def _print_suites() -> int:
     return 0
 
 
+def _positive(args, names: tuple[str, ...], minimum: int | float = 1) -> None:
+    """Refuse meaningless counts/limits up front: ``--flag`` values below ``minimum``."""
+    for name in names:
+        v = getattr(args, name, None)
+        if v is not None and v < minimum:
+            flag = "--" + name.replace("_", "-")
+            raise ValueError(f"{flag} {v}: must be >= {minimum}")
+
+
+def check_eval_args(args) -> None:
+    """Every value that would make an eval meaningless is refused before any model is loaded."""
+    if args.suites and args.lm_eval_tasks:
+        raise ValueError("--suites and --lm-eval-tasks are two separate evaluations; give one of them (our suites "
+                         "are available to lm-eval as harness_<suite>)")
+    _positive(args, ("n", "max_tokens", "limit", "batch_size", "threads", "workers", "tensor_parallel_size"))
+    if args.top_p is not None and not 0 < args.top_p <= 1:
+        raise ValueError(f"--top-p {args.top_p}: allowed 0 < top_p <= 1")
+    if args.temperature is not None and args.temperature < 0:
+        raise ValueError(f"--temperature {args.temperature}: must be >= 0")
+    if args.out:
+        from harness.io import check_output_dir
+
+        check_output_dir(args.out, "--out")
+
+
 def cmd_eval(args) -> int:
     if args.list_suites:
         return _print_suites()
+    check_eval_args(args)
     if args.lm_eval_tasks:
         return _cmd_lm_eval(args)
     if not args.model or not args.suites:
@@ -167,11 +194,17 @@ def cmd_grade(args) -> int:
 
     from .evaluate import grade_items
 
+    from harness.io import check_output_file
+
     src, dst = Path(args.input), Path(args.output)
     if not src.exists():
         raise FileNotFoundError(f"input file {src} does not exist")
     if dst.resolve() == src.resolve():
         raise ValueError("--output must differ from --input (the input is never overwritten)")
+    check_output_file(dst, "--output")
+    if not args.timeout > 0:  # a zero budget makes verdicts depend on machine load (differ between reruns)
+        raise ValueError(f"--timeout {args.timeout}: must be > 0 seconds")
+    _positive(args, ("workers",))
     rows, kinds = [], []
     for ln, line in enumerate(src.read_text().splitlines(), 1):
         if not line.strip():
@@ -188,6 +221,9 @@ def cmd_grade(args) -> int:
         if missing:
             what = "math lines need id, response, answer" if kind == "math" else CODE_HINT
             raise ValueError(f"{src}:{ln}: missing field(s) {', '.join(missing)} ({what})")
+        if kind == "code" and not any(row.get(k) for k in TEST_FIELDS):
+            raise ValueError(f"{src}:{ln}: a code line with no tests (one of {', '.join(TEST_FIELDS)} must be "
+                             f"non-empty); without tests no verdict means anything")
         rows.append(row)
         kinds.append(kind)
     verdicts: list[dict | None] = [None] * len(rows)

@@ -249,7 +249,39 @@ def load_config(source: str | os.PathLike | Mapping | RunConfig, overrides=None,
     _check_method_section(cfg, check_method)
     if check_method and hasattr(backend, "validate"):  # every built-in backend has one
         backend.validate(cfg)
+    if check_method:
+        _check_can_update(cfg)
+    if cfg.eval.top_p <= 0:
+        raise ConfigError(f"eval.top_p: {cfg.eval.top_p} keeps no token; allowed: 0 < top_p <= 1")
     return cfg
+
+
+def _check_can_update(cfg: RunConfig) -> None:
+    """Refuse configs under which no step can ever update the policy (integrity, issue #16 item 4): one response
+    per prompt with dynamic filtering (every group has equal rewards), or with an estimator whose advantage is
+    zero for a group of one (a group baseline such as GRPO's mean or RLOO's leave-one-out)."""
+    spp = cfg.train.samples_per_prompt
+    if spp > 1:
+        return
+    if cfg.train.dynamic_filtering:
+        raise ConfigError(f"train.samples_per_prompt: {spp} with train.dynamic_filtering: true filters every group "
+                          f"(one response always has equal rewards), so no step can update; use >= 2")
+    import torch
+
+    from harness.method import ADVANTAGES, get_method
+
+    m = get_method(cfg.method_name, **cfg.method_hparams)
+    est = ADVANTAGES.get(m.advantage)
+    gen = torch.Generator().manual_seed(0)
+    mask = torch.ones(2, 3)
+    extras = {e: -torch.rand(2, 3, generator=gen) for e in est.extras}
+    try:
+        adv = m.advantages(torch.tensor([1.0, 0.0]), torch.tensor([0, 1]), mask, **extras)
+    except Exception:  # noqa: BLE001 - an estimator that cannot be probed this way is left to min_group_size
+        return
+    if bool((adv == 0).all()):
+        raise ConfigError(f"train.samples_per_prompt: {spp}; the {m.advantage} advantage estimator gives a group of "
+                          f"one response a zero advantage (a group baseline), so no step can update; use >= 2")
 
 
 def _backend(cfg: RunConfig):

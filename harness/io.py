@@ -1,4 +1,9 @@
-"""Crash-safe file writes for run directories: atomic replace (tmp + os.replace) and line-by-line JSONL appends."""
+"""Crash-safe file writes for run directories: atomic replace (tmp + os.replace) and line-by-line JSONL appends.
+
+Every file written here gets the mode a plain ``open()`` would give under the process umask (``mkstemp`` alone
+makes 0600, which hides runs from labmates on a shared project directory); scripts get the execute bits too.
+A JSONL file whose last line was torn by a kill is repaired with ``repair_jsonl`` before appending again.
+"""
 
 from __future__ import annotations
 
@@ -6,8 +11,9 @@ import json
 import math
 import os
 import tempfile
+from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import Any, Callable, Iterable
+from typing import Any
 
 
 def _json_default(obj: Any):
@@ -29,12 +35,71 @@ def _finite(obj: Any) -> Any:
     return obj
 
 
-def atomic_write(path: str | os.PathLike, write: Callable[[Any], None], mode: str = "w") -> Path:
-    """Write through ``write(fileobj)`` into a temp file next to ``path``, fsync, then ``os.replace``."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+def _existing_ancestor(path: Path) -> Path:
+    p = path.absolute()
+    while not p.exists() and p != p.parent:
+        p = p.parent
+    return p
+
+
+def check_output_file(path: str | os.PathLike, flag: str = "") -> Path:
+    """Refuse an output file path that cannot be written, naming the user's path: a directory, a parent that is a
+    file, or a folder without write permission. ``flag`` (e.g. ``--out``) prefixes the message."""
+    path, head = Path(path), f"{flag} {path}" if flag else str(path)
+    if path.is_dir():
+        raise ValueError(f"{head}: is a directory; give a file path")
+    base = _existing_ancestor(path.parent)
+    if not base.is_dir():
+        raise ValueError(f"{head}: {base} is a file, not a folder")
+    if not os.access(base, os.W_OK | os.X_OK):
+        raise ValueError(f"{head}: no permission to write in {base}")
+    return path
+
+
+def check_output_dir(path: str | os.PathLike, flag: str = "") -> Path:
+    """Refuse an output folder that is an existing file or cannot be created or written, naming the path."""
+    path, head = Path(path), f"{flag} {path}" if flag else str(path)
+    if path.exists() and not path.is_dir():
+        raise ValueError(f"{head}: is a file; give a folder")
+    base = _existing_ancestor(path)
+    if not base.is_dir():
+        raise ValueError(f"{head}: {base} is a file, not a folder")
+    if not os.access(base, os.W_OK | os.X_OK):
+        raise ValueError(f"{head}: no permission to write in {base}")
+    return path
+
+
+def current_umask() -> int:
+    """The process umask (read from /proc when possible: setting it to read it races with other threads)."""
     try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("Umask:"):
+                return int(line.split()[1], 8)
+    except (OSError, ValueError):
+        pass
+    old = os.umask(0o022)
+    os.umask(old)
+    return old
+
+
+def file_mode(executable: bool = False) -> int:
+    """The mode ``open()`` (0666) or a script (0777) gets under the umask."""
+    return (0o777 if executable else 0o666) & ~current_umask()
+
+
+def atomic_write(path: str | os.PathLike, write: Callable[[Any], None], mode: str = "w",
+                 executable: bool = False) -> Path:
+    """Write through ``write(fileobj)`` into a temp file next to ``path``, fsync, then ``os.replace``; the file
+    gets the umask's mode (``executable``: with the execute bits)."""
+    path = Path(path)
+    check_output_file(path)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    except OSError as e:  # name the user's path, not the temp file
+        raise ValueError(f"cannot write {path}: {e.strerror or e}") from None
+    try:
+        os.fchmod(fd, file_mode(executable))
         with os.fdopen(fd, mode) as f:
             write(f)
             f.flush()
@@ -49,8 +114,8 @@ def atomic_write(path: str | os.PathLike, write: Callable[[Any], None], mode: st
     return path
 
 
-def atomic_write_text(path: str | os.PathLike, text: str) -> Path:
-    return atomic_write(path, lambda f: f.write(text))
+def atomic_write_text(path: str | os.PathLike, text: str, executable: bool = False) -> Path:
+    return atomic_write(path, lambda f: f.write(text), executable=executable)
 
 
 def atomic_write_json(path: str | os.PathLike, obj: Any, indent: int | None = 2) -> Path:
@@ -73,6 +138,40 @@ def append_jsonl(path: str | os.PathLike, record: dict) -> None:
         f.write(line)
         f.flush()
         os.fsync(f.fileno())
+
+
+def repair_jsonl(path: str | os.PathLike) -> int:
+    """Cut a torn last line (a writer killed mid-append) so the next append starts a fresh line.
+
+    Returns the number of bytes removed (0 when the file ends with a newline or does not exist). Only bytes after
+    the last newline are removed: every complete line survives.
+    """
+    path = Path(path)
+    try:
+        size = path.stat().st_size
+    except FileNotFoundError:
+        return 0
+    if size == 0:
+        return 0
+    with open(path, "rb+") as f:
+        f.seek(size - 1)
+        if f.read(1) == b"\n":
+            return 0
+        pos = size
+        keep = 0
+        while pos > 0:  # scan back in blocks for the last newline
+            step = min(65536, pos)
+            pos -= step
+            f.seek(pos)
+            block = f.read(step)
+            i = block.rfind(b"\n")
+            if i >= 0:
+                keep = pos + i + 1
+                break
+        f.truncate(keep)
+        f.flush()
+        os.fsync(f.fileno())
+    return size - keep
 
 
 def read_jsonl(path: str | os.PathLike) -> list[dict]:

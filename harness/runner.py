@@ -8,7 +8,12 @@
 - otherwise trains through the backend registry, which resumes from ``checkpoints/`` when present;
 - writes ``result.json`` last and atomically, once, from the backend's ``RunResult`` (harness/records.py); it is
   the only writer of that file (``write_result``). A crash writes it with ``status: failed`` and the error (a rerun
-  moves that file aside and resumes); Ctrl-C writes no result (the checkpoint is the state, rerun resumes).
+  moves that file aside and resumes); Ctrl-C writes no result (the checkpoint is the state, rerun resumes);
+- holds the run directory's lock (harness/rundir.py) for the whole run: a second trainer is refused with one line
+  naming the holder; a run directory inside a sweep's runs directory or another run (or holding runs) is refused;
+- repairs a ``metrics.jsonl`` whose last line a kill tore (the lost bytes are named in the log);
+- counts the steps that updated the policy: ``updates: {made, expected}``; fewer than ``MIN_UPDATE_FRACTION`` of
+  the expected ones ends with ``status: insufficient_updates`` (finished, not failed: tables flag it, never rank it).
 """
 
 from __future__ import annotations
@@ -22,11 +27,13 @@ from pathlib import Path
 import yaml
 
 from harness.config import RunConfig, diff_configs, load_config, run_id_of
-from harness.io import atomic_write_json, atomic_write_text
+from harness.io import atomic_write_json, atomic_write_text, read_jsonl, repair_jsonl
 from harness.records import SCHEMA_VERSION, RunResult, result_payload  # noqa: F401  (SCHEMA_VERSION re-exported)
 
 RUN_FILES = ("config.yaml", "metrics.jsonl", "eval", "checkpoints", "result.json", "train.log", "tensorboard", "wandb",
              "openrlhf.log")
+FINISHED = ("completed", "insufficient_updates")  # statuses of a run that is done (never retrained or retried)
+MIN_UPDATE_FRACTION = 0.5
 RUN_FILE_PATTERNS = ("openrlhf.task*.log",)  # one log per SLURM task of a multi-node OpenRLHF run
 
 
@@ -88,7 +95,7 @@ def prepare_run_dir(cfg: RunConfig, run_dir: Path, force: bool = False, log=prin
             log(f"--force: moved the previous run ({old_id}) to {dest}")
         else:
             res = read_result(run_dir)
-            if res and res.get("status") == "completed":
+            if res and res.get("status") in FINISHED:
                 if not force:
                     return "done"
                 dest = _archive(run_dir, old_id)
@@ -104,14 +111,36 @@ def write_result(run_dir: str | os.PathLike, payload: dict) -> Path:
     return atomic_write_json(Path(run_dir) / "result.json", payload)
 
 
+def count_updates(run_dir: Path, expected: int) -> dict:
+    """``{made, expected}``: logged steps that updated the policy (a row with ``update/skipped`` made none)."""
+    rows = [r for r in read_jsonl(run_dir / "metrics.jsonl") if "step" in r]
+    made = sum(1 for r in rows if not r.get("update/skipped"))
+    return {"made": made, "expected": int(expected)}
+
+
+def finished_status(updates: dict) -> str:
+    return "insufficient_updates" if updates["made"] < MIN_UPDATE_FRACTION * updates["expected"] else "completed"
+
+
 def run(config, run_dir: str | os.PathLike, force: bool = False, quiet: bool = False) -> dict:
     """Train one run (resuming when possible) and return its result.json content."""
-    from harness.backends import BACKENDS
+    from harness.rundir import RunDirLock, check_placement
 
     cfg = config if isinstance(config, RunConfig) else load_config(config)
     run_dir = Path(run_dir)
-    run_dir.mkdir(parents=True, exist_ok=True)
+    check_placement(run_dir, "cell" if (run_dir / "cell.json").is_file() else "run")
+    with RunDirLock(run_dir):
+        return _run_locked(cfg, run_dir, force, quiet)
+
+
+def _run_locked(cfg: RunConfig, run_dir: Path, force: bool, quiet: bool) -> dict:
+    from harness.backends import BACKENDS
+
     log = RunLog(run_dir, quiet=quiet)
+    lost = repair_jsonl(run_dir / "metrics.jsonl")
+    if lost:
+        log(f"warning: {run_dir / 'metrics.jsonl'} ended in a torn line (a killed writer); cut its last {lost} "
+            f"bytes, every complete line kept")
     if prepare_run_dir(cfg, run_dir, force, log) == "done":
         log(f"{run_dir}: already completed (run {cfg.run_id()}); --force to train again")
         return read_result(run_dir)
@@ -131,8 +160,13 @@ def run(config, run_dir: str | os.PathLike, force: bool = False, quiet: bool = F
             "method": cfg.method_name, "model": cfg.model.name, "seed": cfg.seed,
             "error": f"{type(e).__name__}: {e}", "traceback": traceback.format_exc()[-4000:]}))
         raise
-    result = payload("completed", record.to_dict() if isinstance(record, RunResult) else dict(record or {}))
+    fields = record.to_dict() if isinstance(record, RunResult) else dict(record or {})
+    fields["updates"] = updates = count_updates(run_dir, cfg.train.steps)
+    result = payload(finished_status(updates), fields)
     write_result(run_dir, result)
+    if result["status"] != "completed":
+        log(f"warning: only {updates['made']} of {updates['expected']} steps updated the policy (every group was "
+            f"filtered or skipped); status {result['status']}: tables flag this run and never rank it")
     s = result.get("summary", {})
     log(f"done: entropy {s.get('entropy_start')} -> {s.get('entropy_end')}, reward {s.get('reward_start')} -> "
         f"{s.get('reward_end')}; {run_dir / 'result.json'}")

@@ -25,10 +25,12 @@ def handle(args) -> int:
         print(f"# run id {cfg.run_id()} -> {run_dir}")
         print(BACKENDS.get(cfg.backend)().launch_command(cfg, run_dir))
         return 0
+    from harness.runner import FINISHED
+
     result = run(cfg, run_dir, force=args.force)
-    if result.get("status") != "completed":
+    if result.get("status") not in FINISHED:
         return 1
-    summary = {k: result.get(k) for k in ("run_id", "status", "method", "model", "steps", "wall_time_s")}
+    summary = {k: result.get(k) for k in ("run_id", "status", "method", "model", "steps", "updates", "wall_time_s")}
     summary.update(result.get("summary", {}))
     for suite, res in (result.get("eval") or {}).get("suites", {}).items():
         summary[f"eval/{suite}"] = res.get("metrics")

@@ -94,6 +94,10 @@ def cmd_table(args) -> int:
 
     if not args.runs and not args.reference:
         raise ValueError("give run directories, or --reference paper to print the paper's Table 2")
+    if args.out:
+        from harness.io import check_output_file
+
+        check_output_file(args.out, "--out")
     col = _collect(args.runs) if args.runs else None
     lb = build_leaderboard(col, baseline=args.baseline, reference=args.reference,
                            allow_mixed_protocols=args.allow_mixed_protocols)
@@ -119,8 +123,13 @@ def _formats(text: str) -> tuple[str, ...]:
 def cmd_report(args) -> int:
     from .report import write_sweep_report
 
+    from harness.io import check_output_dir
+    from harness.rundir import check_placement
+
     if not Path(args.runs_dir).is_dir():
         raise FileNotFoundError(f"no such runs directory: {args.runs_dir}")
+    check_output_dir(args.out, "--out")
+    check_placement(args.out, "report")
     for p in write_sweep_report(args.runs_dir, args.out, args.score_key, _formats(args.formats), args.reference):
         print(p)
     return 0
@@ -143,7 +152,10 @@ def cmd_plot(args) -> int:
     from .plots import FIGURES, plot_all
     from .points import resolve_score_key
 
+    from harness.io import check_output_dir
+
     formats = _formats(args.formats)
+    check_output_dir(args.out, "--out")
     if args.only:
         unknown = [o for o in args.only if o not in FIGURES]
         if unknown:

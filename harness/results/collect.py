@@ -79,13 +79,18 @@ def find_run_dirs(paths: Iterable[str | Path]) -> list[Path]:
     return unique
 
 
-def _walk(d: Path, out: list[Path]) -> None:
+def _walk(d: Path, out: list[Path], inside: Path | None = None) -> None:
+    """Runs below a run are still read (never hidden), with a warning: nesting is a mistake (harness/rundir.py)."""
     if any((d / m).is_file() for m in RUN_MARKERS):
+        if inside is not None:
+            warnings.warn(f"{d}: a run directory nested inside the run directory {inside}; both are read. Move one "
+                          f"out (runs, sweep runs directories and reports must not nest)", stacklevel=2)
         out.append(d)
-        return
+        inside = inside or d
     for child in sorted(d.iterdir()):
-        if child.is_dir() and not child.name.startswith((".", "_")):  # _submitit/ holds job logs
-            _walk(child, out)
+        if child.is_dir() and not child.name.startswith((".", "_")) and child.name not in ("replaced", "eval",
+                                                                                             "checkpoints"):
+            _walk(child, out, inside)
 
 
 def read_metrics(path: Path) -> list[dict]:

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 import warnings
 from pathlib import Path
 
@@ -20,12 +18,9 @@ STANDARD_FIGURES = ["entropy_vs_step", "reward_vs_step", "score_vs_step", "score
 
 def _write(path: Path, text: str) -> Path:
     """Atomic text write (temp file + rename): an interrupted report never leaves half a file."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    with os.fdopen(fd, "w") as f:
-        f.write(text)
-    os.replace(tmp, path)
-    return path
+    from harness.io import atomic_write_text  # the umask's mode, like every other run file
+
+    return atomic_write_text(path, text)
 
 
 def write_sweep_report(runs_dir, out_dir, score_key: str = "auto", formats=("png", "pdf"),

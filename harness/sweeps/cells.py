@@ -23,6 +23,7 @@ from __future__ import annotations
 import json
 import os
 import shlex
+import socket
 import sys
 import time
 from pathlib import Path
@@ -89,7 +90,8 @@ def materialise(cell: Cell, runs_dir: Path, sweep: str, spec_path: str | None = 
         "id": cell.id, "alias": cell.alias, "sweep": sweep, "spec": spec_path,
         "axes": cell.axes, "resources": cell.resources, "index": cell.index})
     cmd = command if command is not None else launch_command(cell.config, d)
-    atomic_write_text(d / LAUNCH_FILE, f"#!/usr/bin/env bash\n# cell {cell.alias} ({cell.id})\n{cmd}\n")
+    atomic_write_text(d / LAUNCH_FILE, f"#!/usr/bin/env bash\n# cell {cell.alias} ({cell.id})\n{cmd}\n",
+                      executable=True)
     return d
 
 
@@ -111,7 +113,7 @@ def list_cell_dirs(runs_dir: Path) -> list[Path]:
 
 def record_job(d: Path, job_id: str, executor: str, folder: Path, group: str) -> None:
     append_jsonl(Path(d) / JOBS_FILE, {"job_id": str(job_id), "executor": executor, "folder": str(folder),
-                                        "group": group, "submitted_at": time.time()})
+                                        "group": group, "submitted_at": time.time(), "host": socket.gethostname()})
 
 
 def last_job(d: Path) -> dict | None:

@@ -63,6 +63,9 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         print_plan(spec, cells, runs_dir, args.executor)
         return 0
     check_only(cells, args.only)
+    from harness.rundir import check_placement
+
+    check_placement(runs_dir, "sweep")  # never inside a run or another sweep, never around stray runs
     if args.executor == "slurm" and shutil.which("sbatch") is None:
         raise ValueError("--executor slurm: sbatch is not on PATH (no SLURM client here); run on a login node, use "
                          "--executor local, or --dry-run to see the plan")

@@ -2,7 +2,7 @@
 
     pending   not submitted yet, or queued (waiting for resources, requeued)
     running   the job is running
-    done      result.json says completed
+    done      result.json says completed (or insufficient_updates: finished, flagged, never retried)
     failed    the run, the job or the submission failed: result.json with another status, job_error.json,
               submit_error.json, or the scheduler ended the job (CANCELLED, TIMEOUT, OUT_OF_MEMORY, ...)
     unknown   a job was submitted but the scheduler cannot be asked (no sacct here)
@@ -12,13 +12,16 @@ A cell's identity is its config hash; job ids are only used to ask the scheduler
 
 from __future__ import annotations
 
+import os
 import re
+import socket
 import subprocess
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable
 
+from harness import rundir
 from harness.sweeps import cells as C
 
 STATES = ("pending", "running", "done", "failed", "unknown")
@@ -69,12 +72,27 @@ def sacct_states(job_ids: Iterable[str], timeout_s: float = 30) -> dict[str, str
     return states
 
 
-def _pid_alive(pid: str) -> bool:
+def _pid_alive(pid: str, submitted_at: float | None = None) -> bool:
+    """The local job's process is alive: the pid exists and (when the submission time is known) it started
+    within a minute of it, so a reused pid is not taken for the job."""
+    from harness.rundir import process_start
+
     try:
-        stat = Path(f"/proc/{int(pid)}/stat").read_text()
-    except (OSError, ValueError):
+        ticks = process_start(int(pid))
+    except ValueError:
         return False
-    return stat.rsplit(")", 1)[-1].split()[0] != "Z"
+    if ticks is None:
+        return False
+    if submitted_at is None:
+        return True
+    return abs(_boot_time() + ticks / os.sysconf("SC_CLK_TCK") - float(submitted_at)) < 60
+
+
+def _boot_time() -> float:
+    for line in Path("/proc/stat").read_text().splitlines():
+        if line.startswith("btime "):
+            return float(line.split()[1])
+    return 0.0
 
 
 def _job_paths(job: dict):
@@ -116,8 +134,11 @@ def cell_status(d: Path, slurm: dict[str, str] | None = None) -> CellStatus:
     result = C.read_json(d / C.RESULT_FILE)
     if result is not None:
         status = result.get("status", "completed")
-        if status == "completed":
+        if status in ("completed", "insufficient_updates"):  # finished (the second is flagged, never retried)
             st.state = "done"
+            if status != "completed":
+                st.detail = f"{status} ({(result.get('updates') or {}).get('made')} of " \
+                            f"{(result.get('updates') or {}).get('expected')} steps updated)"
             return st
         st.state, st.detail = "failed", f"result.json status {status!r} {result.get('error', '')}".strip()
         st.tail = stderr_tail(job)
@@ -161,7 +182,14 @@ def cell_status(d: Path, slurm: dict[str, str] | None = None) -> CellStatus:
             st.detail += ": " + err.strip().splitlines()[-1]
         st.tail = stderr_tail(job)
         return st
-    if executor == "local" and _pid_alive(job["job_id"]):
+    if rundir.is_locked(d):  # a live trainer holds the run directory (any executor, any host sharing the FS)
+        st.state, st.detail = "running", rundir.describe(rundir.read_holder(d) or {})
+        return st
+    if executor == "local" and job.get("host", socket.gethostname()) != socket.gethostname():
+        st.state = "unknown"
+        st.detail = f"local job {job['job_id']} on host {job['host']}: its process cannot be checked from here"
+        return st
+    if executor == "local" and _pid_alive(job["job_id"], job.get("submitted_at")):
         st.state, st.detail = "running", f"pid {job['job_id']}"
         return st
     err = _submitit_error(job)

@@ -21,6 +21,7 @@ import copy
 import math
 import signal
 import threading
+import os
 import time
 from contextlib import contextmanager
 from pathlib import Path
@@ -147,7 +148,20 @@ class PocketTrainer:
         path = self.run_dir / CKPT
         if not path.exists():
             return
-        blob = torch.load(path, map_location=self.device, weights_only=False)
+        try:
+            blob = torch.load(path, map_location=self.device, weights_only=False)
+            if not isinstance(blob, dict) or "model" not in blob or "step" not in blob:
+                raise ValueError("not a pocket trainer checkpoint")
+        except Exception as e:  # noqa: BLE001 - torn/corrupt file: keep it aside, train from the start (no data lost)
+            aside = path.with_name(f"{path.name}.unreadable-{time.strftime('%Y%m%d-%H%M%S')}")
+            os.replace(path, aside)
+            self.log(f"warning: checkpoint {path} is unreadable ({type(e).__name__}: {str(e)[:120]}); moved to "
+                     f"{aside}, training from step 0")
+            self._trim_metrics()
+            return
+        if blob.get("run_id") not in (None, self.cfg.run_id()):
+            raise ValueError(f"checkpoint {path} belongs to run {blob.get('run_id')}, not to this run "
+                             f"({self.cfg.run_id()}); move it out of {self.run_dir} or use another --run-dir")
         self.model.load_state_dict(blob["model"])
         self.opt.load_state_dict(blob["opt"])
         if self.aux is not None:
@@ -159,13 +173,21 @@ class PocketTrainer:
         self.prev_entropy = blob["prev_entropy"]
         self.timing.update(blob.get("timing", {}))
         self.warm_info = blob.get("warm_start", self.warm_info)
-        # steps logged after the checkpoint are replayed: keep metrics.jsonl consistent with the weights
+        self._trim_metrics()
+        self.log(f"resumed from {path} at step {self.start_step}")
+
+    def _trim_metrics(self) -> None:
+        """Steps logged after the checkpoint are replayed: keep metrics.jsonl consistent with the weights."""
         mpath = self.run_dir / "metrics.jsonl"
         rows = read_jsonl(mpath)
         kept = [r for r in rows if r.get("step", 0) <= self.start_step]
         if len(kept) != len(rows):
             write_jsonl(mpath, kept)
-        self.log(f"resumed from {path} at step {self.start_step}")
+        have = {r.get("step") for r in kept}
+        lost = [s for s in range(1, self.start_step + 1) if s not in have]
+        if lost and self.start_step:
+            self.log(f"warning: metrics.jsonl has no row for step(s) {', '.join(map(str, lost[:8]))} up to the "
+                     f"checkpoint (lost with a torn or cut file); the weights are resumed, those rows stay missing")
 
     # ------------------------------------------------------------------------------------ rollout
     def _generate(self, problems, n, temperature, generator, greedy=False, top_p=1.0, max_new_tokens=None,
