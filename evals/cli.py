@@ -104,8 +104,10 @@ def cmd_eval(args) -> int:
         raise ValueError("harness eval needs --model and --suites (or --list-suites, or --lm-eval-tasks)")
     from .engines import make_engine
     from .evaluate import evaluate
-    from .suites import resolve_suites
+    from .pocket_suites import register_model_suite
+    from .suites import SUITES, resolve_suites
 
+    register_model_suite(SUITES, args.model)  # an exported run (`harness export`) brings its own task suite
     suites = resolve_suites(args.suites)
     for s in suites:  # validate protocol overrides and data before loading a model
         s.protocol.with_overrides(n_samples=args.n, temperature=args.temperature, top_p=args.top_p,

@@ -80,7 +80,7 @@ class HFEngine(Engine):
 
         if threads:  # on a shared CPU box one thread is often several times faster than contended threads
             torch.set_num_threads(threads)
-        from transformers import AutoModelForCausalLM, AutoTokenizer
+        from transformers import AutoModelForCausalLM
 
         self.model_id = model
         self.device = device or ("cuda" if torch.cuda.is_available() else "cpu")
@@ -88,7 +88,9 @@ class HFEngine(Engine):
         if model_obj is None:
             check_model_path(model)
         try:
-            self.tokenizer = tokenizer or AutoTokenizer.from_pretrained(path, **extra)
+            from harness.backends.pocket.tokenizer import load_tokenizer
+
+            self.tokenizer = tokenizer or load_tokenizer(path, **extra)  # a saved pocket tokenizer exactly
         except OSError as e:
             raise FileNotFoundError(f"could not load the tokenizer of model {model}: {str(e).splitlines()[0]}. "
                                     "Pass a local HF model directory or a .gguf file (offline: no hub access)") from None

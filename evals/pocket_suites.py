@@ -21,21 +21,55 @@ def _task_module():
     return tasks
 
 
-def make_task(task_name: str):
+def make_task(task_name: str, test_size: int = TEST_SIZE, options: dict | None = None):
     tasks = _task_module()
     if tasks is None:
         raise ValueError("pocket suites need harness.backends.pocket (not importable)")
-    return tasks.TASKS.get(task_name)(test_size=TEST_SIZE)
+    return tasks.make_task(task_name, test_size, options or {})
 
 
-def _loader(task_name: str):
+def _loader(task_name: str, test_size: int = TEST_SIZE, options: dict | None = None, max_problems: int | None = None):
     def load(suite: Suite) -> list[dict]:
-        task = make_task(task_name)
+        task = make_task(task_name, test_size, options)
+        test = task.test[:max_problems] if max_problems else task.test
         return [{"id": f"{task_name}-{i}", "problem": p["prompt"], "prompt_text": p["prompt"],
-                 "answer": p["answer"], "pocket_task": task_name, "problem_data": p}
-                for i, p in enumerate(task.test)]
+                 "answer": p["answer"], "pocket_task": task_name, "pocket_options": dict(options or {}),
+                 "pocket_test_size": test_size, "problem_data": p}
+                for i, p in enumerate(test)]
 
     return load
+
+
+MODEL_SUITE_FILE = "harness_task.json"  # written by `harness export` into the model directory
+
+
+def register_model_suite(registry, model_dir) -> str | None:
+    """The suite of an exported run (``harness export``): the run's own task options, test split and eval protocol,
+    named as the run's training eval names it (``countdown``), so both land in one leaderboard column.
+    Returns the suite name, or None when ``model_dir`` is no export."""
+    import json
+    from pathlib import Path
+
+    from .suites import Protocol
+
+    path = Path(str(model_dir)) / MODEL_SUITE_FILE
+    if not path.is_file():
+        return None
+    spec = json.loads(path.read_text())
+    name, pr = spec["suite"], spec["protocol"]
+    protocol = Protocol(n_samples=int(pr["n_samples"]), temperature=float(pr["temperature"]),
+                        top_p=float(pr["top_p"]), max_tokens=int(pr["max_tokens"]))
+    suite = Suite(name, "pocket", "(generated)", "test", lambda r, i: r, template="raw", protocol=protocol,
+                  fields="prompt, answer", note=f"task {spec['task']!r} of run {spec.get('run_id')} "
+                                                f"(options {spec.get('options') or {}})",
+                  loader=_loader(spec["task"], int(spec["test_size"]), spec.get("options") or {},
+                                 spec.get("max_problems")))
+    if name in registry:
+        if registry.get(name).kind != "pocket":
+            raise ValueError(f"{path}: suite name {name!r} is already a benchmark suite; rename the task file")
+        registry.unregister(name)  # another export's suite of the same name: this model's own takes its place
+    registry.register(name, suite)
+    return name
 
 
 def register_all(registry) -> None:
@@ -59,11 +93,14 @@ def grade_pocket(items: list[dict]) -> list[dict]:
     """Grade with each task's exact verifier (cheap: in-process, no pool)."""
     cache: dict[str, object] = {}
     out = []
+    import json
+
     for it in items:
         name = it["pocket_task"]
-        if name not in cache:
-            cache[name] = make_task(name)
-        task = cache[name]
+        key = json.dumps([name, it.get("pocket_options") or {}], sort_keys=True)
+        if key not in cache:  # the item's own task options (an exported run's), the defaults otherwise
+            cache[key] = make_task(name, it.get("pocket_test_size", TEST_SIZE), it.get("pocket_options"))
+        task = cache[key]
         ok = bool(task.verify(it.get("response", ""), it["problem_data"]))
         out.append({"correct": ok, "pred": it.get("response", "").strip()[:200],
                     "reason": "correct" if ok else "wrong"})

@@ -10,6 +10,7 @@ import sys
 COMMAND_MODULES = [
     "harness.commands.methods",
     "harness.commands.train",
+    "harness.commands.export",
     "harness.sweeps.cli",
     "evals.cli",
     "harness.results.cli",

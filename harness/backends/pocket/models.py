@@ -72,10 +72,12 @@ def build_pocket_model(name: str, vocab_size: int, seed: int):
 def load_hf(name: str, dtype: str = "float32"):
     """(model, hf_tokenizer) from a local directory or a hub id (offline-friendly error)."""
     import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers import AutoModelForCausalLM
+
+    from harness.backends.pocket.tokenizer import load_tokenizer
 
     try:
-        tok = AutoTokenizer.from_pretrained(name)
+        tok = load_tokenizer(name)  # the saved tokenizer exactly (AutoTokenizer drops a pocket model's spaces)
         model = AutoModelForCausalLM.from_pretrained(name, dtype=getattr(torch, dtype))
     except OSError as e:
         raise FileNotFoundError(f"model.name: could not load Hugging Face model {name!r} ({e.__class__.__name__}: "
