@@ -38,7 +38,10 @@ def train_cell(cell_dir: str | Path) -> dict:
 
         BACKENDS.get(config.backend).train(config, cell_dir)
         return {"status": "worker"}
-    result = run(config, cell_dir)
+    try:
+        result = run(config, cell_dir)
+    except KeyboardInterrupt:  # stopped by its sweep (SIGTERM/Ctrl-C): checkpointed, resumes on resubmit; no traceback
+        return {"status": "interrupted"}
     if isinstance(result, dict):
         return {k: result.get(k) for k in ("run_id", "status", "wall_time_s") if k in result}
     return {"status": "completed"}

@@ -24,6 +24,7 @@ from typing import Iterable
 from harness import rundir
 from harness.sweeps import cells as C
 
+_PROGRESS = re.compile(r"\d+%\|.*\|\s*\d+/\d+|\[\d+:\d+(<[\d:?]+)?,")  # tqdm bar lines are not errors
 STATES = ("pending", "running", "done", "failed", "unknown")
 _PENDING = ("PENDING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED", "CONFIGURING", "RESIZING", "SUSPENDED")
 _RUNNING = ("RUNNING", "COMPLETING", "STAGE_OUT", "SIGNALING")
@@ -119,7 +120,7 @@ def stderr_tail(job: dict | None, n: int = 12) -> list[str]:
         lines = _job_paths(job).stderr.read_text(errors="replace").splitlines()
     except OSError:
         return []
-    return [l for l in lines if l.strip()][-n:]
+    return [line for line in lines if line.strip() and not _PROGRESS.search(line)][-n:]
 
 
 # ---------------------------------------------------------------------------------------------- one cell
@@ -160,6 +161,11 @@ def cell_status(d: Path, slurm: dict[str, str] | None = None) -> CellStatus:
             st.tail.append(f"(full log: {_job_paths(job).stderr})")
         return st
 
+    interrupted = C.read_json(d / "interrupted.json")
+    if interrupted is not None and interrupted.get("time", 0) >= float(job.get("submitted_at") or 0) \
+            and not rundir.is_locked(d):
+        st.state, st.detail = "pending", "interrupted (Ctrl-C of its sweep); resubmitting resumes from its checkpoint"
+        return st
     executor = job.get("executor")
     if executor == "slurm":
         if slurm is None:

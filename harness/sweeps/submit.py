@@ -15,7 +15,9 @@ import json
 import os
 import sys
 import time
+import types
 import uuid
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
@@ -103,6 +105,27 @@ def _submit_array(ex, group, dirs, target, folder, gname, report, log) -> None:
     log(f"submitted group {gname}: {len(group)} cells as array job {jobs[0].job_id.split('_')[0]}")
 
 
+INTERRUPTED_FILE = "interrupted.json"  # a cell stopped by Ctrl-C of its local sweep: pending, resumes on resubmit
+
+
+@contextmanager
+def _own_session():
+    """Local job controllers start in their own session: a terminal Ctrl-C reaches only the sweep, which stops
+    the cells itself (otherwise every controller prints its KeyboardInterrupt traceback into the terminal)."""
+    import functools
+    import subprocess
+
+    import submitit.local.local as local_mod
+
+    original = local_mod.subprocess.Popen
+    local_mod.subprocess = types.SimpleNamespace(**{**vars(subprocess),
+                                                    "Popen": functools.partial(original, start_new_session=True)})
+    try:
+        yield
+    finally:
+        local_mod.subprocess = subprocess
+
+
 def _run_local(ex, group, dirs, target, folder, gname, report, parallel, bar) -> None:
     queue = list(zip(group, dirs))
     running: list = []
@@ -110,20 +133,45 @@ def _run_local(ex, group, dirs, target, folder, gname, report, parallel, bar) ->
         while queue or running:
             while queue and len(running) < parallel:
                 c, d = queue.pop(0)
-                job = ex.submit(CellJob(target), str(d))
+                with _own_session():
+                    job = ex.submit(CellJob(target), str(d))
                 C.record_job(d, job.job_id, "local", folder / "%j", gname)
                 report.submitted.append(c.id)
                 report.job_ids[c.id] = job.job_id
-                running.append(job)
+                running.append((job, d))
             time.sleep(0.2)
-            finished = [j for j in running if j.done()]
-            running = [j for j in running if j not in finished]
+            finished = [(j, d) for j, d in running if j.done()]
+            running = [r for r in running if r not in finished]
             if bar is not None and finished:
                 bar.update(len(finished))
     except KeyboardInterrupt:  # stop the cells of this machine too; a rerun resumes them from their checkpoints
-        for job in running:
-            job.cancel(check=False)
+        _stop_local(running)
         raise
+
+
+def _stop_local(running: list, grace_s: float = 60.0) -> None:
+    """SIGTERM each running cell (the trainer checkpoints at the end of its step and exits quietly), mark it
+    interrupted, and wait up to ``grace_s``; a second Ctrl-C kills them at once."""
+    import signal
+
+    from harness.io import atomic_write_json
+
+    for job, d in running:
+        atomic_write_json(Path(d) / INTERRUPTED_FILE, {"time": time.time(), "job_id": job.job_id})
+        proc = getattr(job, "_process", None)
+        if proc is not None and proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)  # the controller forwards it to the trainer
+    print(f"stopping {len(running)} running cells at their next step (checkpointed; Ctrl-C again to kill)",
+          file=sys.stderr)
+    try:
+        t0 = time.time()
+        while time.time() - t0 < grace_s and not all(job.done() for job, _ in running):
+            time.sleep(0.2)
+    except KeyboardInterrupt:
+        pass
+    for job, _ in running:
+        if not job.done():
+            job.cancel(check=False)
 
 
 def _run_debug(ex, group, dirs, target, folder, gname, report, bar) -> None:
