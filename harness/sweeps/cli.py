@@ -66,6 +66,11 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     from harness.rundir import check_placement
 
     check_placement(runs_dir, "sweep")  # never inside a run or another sweep, never around stray runs
+    if args.results_dir:  # refused now, not after the sweep ran
+        from harness.io import check_output_dir
+
+        check_output_dir(args.results_dir, "--results-dir")
+        check_placement(args.results_dir, "report")
     if args.executor == "slurm" and shutil.which("sbatch") is None:
         raise ValueError("--executor slurm: sbatch is not on PATH (no SLURM client here); run on a login node, use "
                          "--executor local, or --dry-run to see the plan")
