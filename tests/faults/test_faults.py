@@ -1,7 +1,6 @@
 """Fault injection (issue #16): real SIGKILLs mid-append, torn writes, concurrent trainers, foreign or corrupt
 checkpoints, and files other users can read. Every case finishes a real (tiny) pocket run afterwards."""
 
-import copy
 import json
 import os
 import pwd
@@ -19,7 +18,7 @@ import yaml
 
 from harness.cli import main
 from harness.io import repair_jsonl
-from harness.rundir import LOCK_FILE, RunDirLock, is_locked, read_holder
+from harness.rundir import RunDirLock, is_locked, read_holder
 from harness.sweeps.testing import tiny_pocket_base
 
 REPO = Path(__file__).resolve().parents[2]
