@@ -43,6 +43,14 @@ PURPOSES = {"prompts": 1, "rollout": 2, "shuffle": 3, "method": 4, "eval": 5}
 _LOSS_KEYS = ("clipfrac", "ppo_kl", "ppo_kl_abs", "entropy/token_mean")
 
 
+def _lineage(cfg: RunConfig) -> str:
+    """The run's identity except its length: a checkpoint of the same run with fewer steps may be continued; one
+    of another run (other seed, method, model, task, ...) is refused on resume."""
+    from harness.config import config_hash, measuring_items
+
+    return config_hash({k: v for k, v in measuring_items(cfg).items() if k != "train.steps"})
+
+
 def make_generator(seed: int, step: int, purpose: str, device="cpu") -> torch.Generator:
     g = torch.Generator(device=device)
     g.manual_seed((seed * 1_000_003 + step * 7919 + PURPOSES[purpose] * 104_729) % (2 ** 63))
@@ -138,6 +146,7 @@ class PocketTrainer:
     def save_checkpoint(self, step: int) -> None:
         blob = {"step": step, "model": self.model.state_dict(), "opt": self.opt.state_dict(),
                 "prev_entropy": self.prev_entropy, "timing": self.timing, "run_id": self.cfg.run_id(),
+                "lineage": _lineage(self.cfg),
                 "warm_start": self.warm_info, "method_state": self.method.state_dict()}
         if self.aux is not None:  # keys "<name>", "<name>_opt", "ref" (PRIME: prm, prm_opt, as before)
             blob.update({self.aux.name: self.aux_model.state_dict(), f"{self.aux.name}_opt": self.aux_opt.state_dict(),
@@ -159,7 +168,7 @@ class PocketTrainer:
                      f"{aside}, training from step 0")
             self._trim_metrics()
             return
-        if blob.get("run_id") not in (None, self.cfg.run_id()):
+        if blob.get("lineage") not in (None, _lineage(self.cfg)):
             raise ValueError(f"checkpoint {path} belongs to run {blob.get('run_id')}, not to this run "
                              f"({self.cfg.run_id()}); move it out of {self.run_dir} or use another --run-dir")
         self.model.load_state_dict(blob["model"])
