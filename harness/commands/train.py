@@ -18,6 +18,9 @@ def handle(args) -> int:
 
     cfg = load_config(args.config, overrides=args.overrides)  # validates everything before any work
     run_dir = Path(args.run_dir) if args.run_dir else default_run_dir(cfg)
+    from harness.rundir import check_placement
+
+    check_placement(run_dir, "cell" if (run_dir / "cell.json").is_file() else "run")  # --dry-run refuses it too
     if args.dry_run:
         from harness.backends import BACKENDS
 

@@ -59,10 +59,6 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     spec = load_spec(args.spec)
     cells = expand(spec)  # every cell validated before anything is written or submitted
     runs_dir = args.runs_dir or Path("runs") / spec.name
-    if args.dry_run:
-        print_plan(spec, cells, runs_dir, args.executor)
-        return 0
-    check_only(cells, args.only)
     from harness.rundir import check_placement
 
     check_placement(runs_dir, "sweep")  # never inside a run or another sweep, never around stray runs
@@ -71,6 +67,10 @@ def cmd_sweep(args: argparse.Namespace) -> int:
 
         check_output_dir(args.results_dir, "--results-dir")
         check_placement(args.results_dir, "report")
+    if args.dry_run:
+        print_plan(spec, cells, runs_dir, args.executor)
+        return 0
+    check_only(cells, args.only)
     if args.executor == "slurm" and shutil.which("sbatch") is None:
         raise ValueError("--executor slurm: sbatch is not on PATH (no SLURM client here); run on a login node, use "
                          "--executor local, or --dry-run to see the plan")

@@ -91,6 +91,8 @@ def test_a_run_in_a_sweeps_runs_directory_is_refused_at_the_start(tmp_path, caps
     assert "is a sweep's runs directory" in capsys.readouterr().err
     assert main(["train", str(cfg), "--run-dir", str(runs / "stray")]) == 2
     assert "inside the sweep runs directory" in capsys.readouterr().err
+    assert main(["train", str(cfg), "--run-dir", str(runs / "stray"), "--dry-run"]) == 2  # refused in a dry run too
+    assert "inside the sweep runs directory" in capsys.readouterr().err
     assert sorted(p.name for p in runs.iterdir()) == ["a__abc", "sweep.yaml"]  # nothing written
 
 
@@ -179,3 +181,16 @@ def test_insufficient_updates_cell_is_done(tmp_path):
                                                             "updates": {"made": 0, "expected": 4}}))
     st = cell_status(tmp_path / "c")
     assert st.state == "done" and "0 of 4" in st.detail
+
+
+def test_a_sweep_inside_a_run_is_refused_in_its_dry_run(tmp_path, capsys):
+    run = tmp_path / "rd"
+    run.mkdir()
+    (run / "config.yaml").write_text("{}")
+    (run / "result.json").write_text("{}")
+    spec = tmp_path / "s.yaml"
+    spec.write_text(yaml.safe_dump({"name": "s", "base": tiny_pocket_base(), "seeds": [0]}))
+    assert main(["sweep", str(spec), "--runs-dir", str(run / "runs"), "--dry-run"]) == 2
+    assert "inside the run directory" in capsys.readouterr().err
+    assert main(["sweep", str(spec), "--runs-dir", str(tmp_path / "ok"), "--results-dir", str(run), "--dry-run"]) == 2
+    assert "is a run directory" in capsys.readouterr().err
