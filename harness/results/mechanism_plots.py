@@ -27,11 +27,11 @@ def plot_mechanism(col, res: dict, out_dir: Path, formats=("png",)) -> list[Path
             if c.empty:
                 continue
             ax.plot(c.index, c["mean"], color=palette[lab], lw=1.2, label=lab)
-            ax.fill_between(c.index, c["mean"] - c["std"], c["mean"] + c["std"], color=palette[lab], alpha=0.12)
         r = res["sizes"][size]["grpo_entropy_ratio"]["mean"]
-        ax.set_title(f"{size}: GRPO end/start entropy {r:.2f}" if r is not None else size)
+        ax.set_title(f"{size}: GRPO end/start entropy {r:.2f}" if r is not None else size, fontsize=9)
+        ax.set_yscale("log")
         ax.set_xlabel("step")
-        ax.set_ylabel("entropy (mean ± sd over seeds)")
+        ax.set_ylabel("entropy (mean over seeds, log scale)")
     axes[0].legend(fontsize=7)
     written += _save(fig, out_dir, "mechanism_entropy", formats)
 
@@ -47,7 +47,7 @@ def plot_mechanism(col, res: dict, out_dir: Path, formats=("png",)) -> list[Path
         if law and len(p):
             h = np.linspace(p["entropy"].min(), p["entropy"].max(), 50)
             ax.plot(h, -law["a"] * np.exp(h) + law["b"], color="k", lw=1)
-            ax.set_title(f"{size}: a={law['a']:.2f} b={law['b']:.2f} R²={law['r2']:.2f}")
+            ax.set_title(f"{size}: a={law['a']:.2f} b={law['b']:.2f} R²={law['r2']:.2f}", fontsize=9)
         ax.set_xlabel("entropy H")
         ax.set_ylabel(res["score_key"])
     axes[0].legend(fontsize=7)
@@ -58,7 +58,9 @@ def plot_mechanism(col, res: dict, out_dir: Path, formats=("png",)) -> list[Path
     except NoData:
         pass
 
-    methods = list(res["methods"])
+    from .table import METHOD_ORDER
+
+    methods = [m for m in METHOD_ORDER if m in res["methods"]] + sorted(set(res["methods"]) - set(METHOD_ORDER))
     if methods:
         fig, axes = plt.subplots(1, 2, figsize=(10, 3.8))
         width = 0.8 / max(len(sizes), 1)
