@@ -57,7 +57,10 @@ COV_GROUPS = ["cov/top_0.02pct", "cov/top_0.2pct", "cov/top_2pct", "cov/top_20pc
 
 
 def _f(v):
-    return None if v is None or not isinstance(v, (int, float)) or not math.isfinite(v) else float(v)
+    """A finite number as float (numpy integers and floats included), else None."""
+    if v is None or isinstance(v, bool) or not isinstance(v, (int, float, np.integer, np.floating)):
+        return None
+    return float(v) if math.isfinite(float(v)) else None
 
 
 def _clean(obj):

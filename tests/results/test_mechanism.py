@@ -53,6 +53,7 @@ def test_law_early_fraction_ratio_and_prediction_by_hand(runs_root, mk):
     # the early fit is exact too; the final eval (after 30 updates) is predicted from the step-30 entropy
     assert size["prediction_rmse"] == pytest.approx(A * (math.exp(_h(30)) - math.exp(_h(31))))
     assert res["steps"] == STEPS and res["seeds"] == 3
+    assert size["model_params"] == 1_000_000  # an integer column (every run finished) is read too
 
 
 def test_rescue_is_a_paired_ratio_and_difference(runs_root, mk):
