@@ -54,8 +54,34 @@ EXPECTED = {  # method -> (estimator, eps low/high, entropy_coef, loss_agg_mode)
 }
 
 
-def test_every_method_but_prime_is_covered():
-    assert set(EXPECTED) | {"prime"} == set(harness.list_methods())
+PLUGGED = ("ce_gppo", "cispo", "gspo", "sapo")  # losses our PolicyLoss plug-in computes; group_norm advantages
+REFUSED = {  # method -> what the one-line refusal at config load names
+    "prime": "auxiliary model",
+    "adaptive_entropy": "carries state across steps",
+    "entropy_advantage": "rollout's entropy",
+    "high_entropy_tokens": "needs the entropy",
+    "w_reinforce": "not supported on the OpenRLHF backend",
+}
+
+
+def test_every_method_is_covered_or_refused():
+    assert set(EXPECTED) | set(PLUGGED) | set(REFUSED) == set(harness.list_methods())
+
+
+@pytest.mark.parametrize("name", PLUGGED)
+def test_plugged_losses_parse_upstream(name, monkeypatch, tmp_path):
+    plan = build_plan(config({"name": name}), tmp_path / "run")
+    args = upstream_args(plan.argv, monkeypatch)
+    assert args.algo.advantage.estimator == "group_norm"
+    assert args.actor.entropy_coef == 0.0
+
+
+@pytest.mark.parametrize("name", sorted(REFUSED))
+def test_unsupported_methods_are_refused_at_load(name, tmp_path):
+    from harness.backends.openrlhf.options import OpenRLHFConfigError
+
+    with pytest.raises(OpenRLHFConfigError, match=REFUSED[name]):
+        build_plan(config({"name": name}), tmp_path / "run")
 
 
 @pytest.mark.parametrize("name", sorted(EXPECTED))
