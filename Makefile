@@ -23,10 +23,12 @@ quickstart: setup
 report: setup  # regenerate results/quickstart/ from runs/quickstart/
 	$(BIN)/harness report runs/quickstart --out results/quickstart
 
-test: setup
+test: setup  # lint first (ruff, config in pyproject.toml), then the default suite
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
 	$(BIN)/python -m pytest -q
 
-lint: setup  # ruff (config in pyproject.toml; pinned in constraints.txt); not yet part of `make test`
+lint: setup  # ruff (config in pyproject.toml; pinned in constraints.txt); also the first step of `make test`
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 

@@ -18,6 +18,8 @@ class EntropyBonus(Method):
 
     def extra_loss(self, loss, entropy, mask):
         if entropy is None:
-            raise ValueError("entropy_bonus needs the per-token entropy: call policy_loss(..., entropy=H) with H (B,T) "
-                             "from harness.entropy_from_logits(logits / temperature), differentiable")
+            raise ValueError(
+                "entropy_bonus needs the per-token entropy: call policy_loss(..., entropy=H) with H (B,T) "
+                "from harness.entropy_from_logits(logits / temperature), differentiable"
+            )
         return loss - self.coef * ops.agg_loss(entropy, mask, self.agg)

@@ -15,16 +15,21 @@ method exposes those as its ``prm_*`` hyperparameters.
 Deviation: groups of one response raise (the leave-one-out baseline divides by n - 1).
 """
 
+import dataclasses
+
 import torch
 import torch.nn.functional as F
 
 from harness import ops
-import dataclasses
-
 from harness.method import AuxiliaryModel, Method, hparam, register_advantage, register_method
 
-PRIME_OPTIONS = {"beta": 0.05, "process_coef": 5.0, "outcome_coef": 5.0, "drop_last_process_reward": True,
-                 "norm": "batch_norm"}
+PRIME_OPTIONS = {
+    "beta": 0.05,
+    "process_coef": 5.0,
+    "outcome_coef": 5.0,
+    "drop_last_process_reward": True,
+    "norm": "batch_norm",
+}
 
 
 def last_token_index(mask: torch.Tensor) -> torch.Tensor:
@@ -44,15 +49,18 @@ def leave_one_out(reward: torch.Tensor, positions: torch.Tensor, group: torch.Te
     row_mean = (reward * pos).sum(-1) / counts.clamp_min(1)  # m_j (0 for a row with no position)
     group_size = torch.zeros(n_groups).index_add_(0, group, torch.ones_like(row_mean))[group]
     if bool((group_size < 2).any()):
-        raise ValueError("prime needs at least 2 responses per prompt (leave-one-out baseline); "
-                         f"found a group of {int(group_size.min())}")
+        raise ValueError(
+            "prime needs at least 2 responses per prompt (leave-one-out baseline); "
+            f"found a group of {int(group_size.min())}"
+        )
     group_sum = torch.zeros(n_groups).index_add_(0, group, row_mean)[group]
     n = group_size[:, None]
     return (reward * n / (n - 1) - group_sum[:, None] / (n - 1)) * pos
 
 
-def prm_loss(prm_log_probs: torch.Tensor, ref_log_probs: torch.Tensor, mask: torch.Tensor, acc: torch.Tensor,
-             beta: float = 0.05) -> torch.Tensor:
+def prm_loss(
+    prm_log_probs: torch.Tensor, ref_log_probs: torch.Tensor, mask: torch.Tensor, acc: torch.Tensor, beta: float = 0.05
+) -> torch.Tensor:
     """PRIME's PRM cross-entropy: BCE(sigmoid(beta * sum_t (log pi_prm - log pi_ref)), acc), mean over responses.
 
     Differentiable in ``prm_log_probs``; ``acc`` is the 0/1 outcome per response (B,).
@@ -68,8 +76,9 @@ def implicit_prm(options: dict) -> AuxiliaryModel:
     return AuxiliaryModel("prm", provides=("prm_log_probs", "ref_log_probs"), loss=prm_loss, beta=options["beta"])
 
 
-@register_advantage("prime", options=PRIME_OPTIONS, extras=("prm_log_probs", "ref_log_probs"), auxiliary=implicit_prm,
-                    min_group_size=2)
+@register_advantage(
+    "prime", options=PRIME_OPTIONS, extras=("prm_log_probs", "ref_log_probs"), auxiliary=implicit_prm, min_group_size=2
+)
 def prime_advantage(scores, group, n_groups, mask, options, *, prm_log_probs, ref_log_probs):
     """Implicit process rewards + outcome, leave-one-out per source, 5:5 mix, returns, whitening."""
     if options["norm"] not in ("batch_norm", "none"):
@@ -79,7 +88,9 @@ def prime_advantage(scores, group, n_groups, mask, options, *, prm_log_probs, re
     rows = torch.arange(m.shape[0])
     has_token = last >= 0
     valid = m.bool()  # padding may hold anything (NaN): zero it before any arithmetic
-    q = prm_log_probs.detach().float().masked_fill(~valid, 0.0) - ref_log_probs.detach().float().masked_fill(~valid, 0.0)
+    q = prm_log_probs.detach().float().masked_fill(~valid, 0.0) - ref_log_probs.detach().float().masked_fill(
+        ~valid, 0.0
+    )
     process = options["beta"] * q
     if options["drop_last_process_reward"]:
         process[rows[has_token], last[has_token]] = 0.0
@@ -88,8 +99,9 @@ def prime_advantage(scores, group, n_groups, mask, options, *, prm_log_probs, re
     outcome_pos = torch.zeros_like(m)
     outcome_pos[rows[has_token], last[has_token]] = 1.0
     outcome = outcome_pos * scores.float()[:, None]
-    reward = (options["process_coef"] * leave_one_out(process, m, group, n_groups)
-              + options["outcome_coef"] * leave_one_out(outcome, outcome_pos, group, n_groups))
+    reward = options["process_coef"] * leave_one_out(process, m, group, n_groups) + options[
+        "outcome_coef"
+    ] * leave_one_out(outcome, outcome_pos, group, n_groups)
     returns = reverse_cumsum(reward * m)
     return ops.masked_whiten(returns, m) * m
 
@@ -103,8 +115,9 @@ class PRIME(Method):
     advantage: str = hparam("prime", "advantage estimator (see harness.list_advantages())")
     prm_lr: float = hparam(1e-6, "learning rate of the implicit PRM", low=0.0)
     prm_grad_clip: float = hparam(10.0, "grad-norm clip of the PRM update", low=0.0)
-    prm_update: str = hparam("before", "update the PRM before computing rewards (double forward) or after",
-                             choices=("before", "after"))
+    prm_update: str = hparam(
+        "before", "update the PRM before computing rewards (double forward) or after", choices=("before", "after")
+    )
 
     @property
     def prm_beta(self) -> float:

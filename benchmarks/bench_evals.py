@@ -29,7 +29,12 @@ def math_items(n: int, seed: int = 0) -> list[tuple[str, str]]:
         a, b = rng.randint(2, 999), rng.randint(2, 999)
         kind = i % 6
         if kind == 0:
-            items.append((f"\\boxed{{\\frac{{{a}}}{{{b}}}}}", f"{a / b:.6f}" if rng.random() < 0.5 else f"\\frac{{{2 * a}}}{{{2 * b}}}"))
+            items.append(
+                (
+                    f"\\boxed{{\\frac{{{a}}}{{{b}}}}}",
+                    f"{a / b:.6f}" if rng.random() < 0.5 else f"\\frac{{{2 * a}}}{{{2 * b}}}",
+                )
+            )
         elif kind == 1:
             items.append((f"so \\boxed{{x^2+{2 * a}x+{a * a}}}", f"(x+{a})^2"))
         elif kind == 2:
@@ -44,11 +49,11 @@ def math_items(n: int, seed: int = 0) -> list[tuple[str, str]]:
 
 
 def bench_math(n: int, workers: int) -> dict:
-    from evals.math_grader import grade_math, grade_math_many
-
     import resource
 
     import math_verify  # noqa: F401  (both sides need it: import outside the timings)
+
+    from evals.math_grader import grade_math, grade_math_many
 
     items = math_items(n)
     ch0, self0 = resource.getrusage(resource.RUSAGE_CHILDREN), resource.getrusage(resource.RUSAGE_SELF)
@@ -63,12 +68,20 @@ def bench_math(n: int, workers: int) -> dict:
     cpu = lambda a, b: (b.ru_utime + b.ru_stime) - (a.ru_utime + a.ru_stime)  # noqa: E731
     pool_cpu = cpu(ch0, ch1) + cpu(self0, self1)
     serial_cpu = cpu(self1, self2)
-    return {"items": n, "workers": workers, "serial_s": round(t_serial, 2), "pool_s": round(t_pool, 2),
-            "serial_items_per_s": round(n / t_serial, 1), "pool_items_per_s": round(n / t_pool, 1),
-            "speedup": round(t_serial / t_pool, 2), "correct": sum(serial),
-            "serial_cpu_s": round(serial_cpu, 2), "pool_cpu_s": round(pool_cpu, 2),
-            # wall-clock speedup the pool would reach with `workers` idle cores: serial CPU / (pool CPU / workers)
-            "speedup_if_cores_idle": round(serial_cpu / (pool_cpu / workers), 2)}
+    return {
+        "items": n,
+        "workers": workers,
+        "serial_s": round(t_serial, 2),
+        "pool_s": round(t_pool, 2),
+        "serial_items_per_s": round(n / t_serial, 1),
+        "pool_items_per_s": round(n / t_pool, 1),
+        "speedup": round(t_serial / t_pool, 2),
+        "correct": sum(serial),
+        "serial_cpu_s": round(serial_cpu, 2),
+        "pool_cpu_s": round(pool_cpu, 2),
+        # wall-clock speedup the pool would reach with `workers` idle cores: serial CPU / (pool CPU / workers)
+        "speedup_if_cores_idle": round(serial_cpu / (pool_cpu / workers), 2),
+    }
 
 
 def bench_sandbox(n: int, workers: int) -> dict:
@@ -91,8 +104,12 @@ def bench_sandbox(n: int, workers: int) -> dict:
         verdicts = grade_code_many(items, sb)
         dt = time.perf_counter() - t0
         sb.close()
-        out[f"workers={w}"] = {"programs": n, "seconds": round(dt, 2), "programs_per_s": round(n / dt, 1),
-                               "passed": sum(v["correct"] for v in verdicts)}
+        out[f"workers={w}"] = {
+            "programs": n,
+            "seconds": round(dt, 2),
+            "programs_per_s": round(n / dt, 1),
+            "passed": sum(v["correct"] for v in verdicts),
+        }
     out["isolation"] = sb.describe()
     return out
 
@@ -107,8 +124,10 @@ BATTERY = {
     "read /etc/shadow": "open('/etc/shadow').read()\n",
     "read /root/.bashrc": "open('/root/.bashrc').read()\n",
     "network connect": "import socket\nsocket.create_connection(('1.1.1.1', 53), timeout=2)\n",
-    "kill parent, kill(-1)": ("import os\nfor p in (os.getppid(), -1):\n    try:\n        os.kill(p, 9)\n"
-                              "    except OSError:\n        pass\nraise SystemExit(3)\n"),
+    "kill parent, kill(-1)": (
+        "import os\nfor p in (os.getppid(), -1):\n    try:\n        os.kill(p, 9)\n"
+        "    except OSError:\n        pass\nraise SystemExit(3)\n"
+    ),
     "huge output": "import sys\nwhile True: sys.stdout.write('x' * 65536)\n",
     "os._exit(0) before tests": "import os\nos._exit(0)\n",
     "sys.exit(0) before tests": "import sys\nsys.exit(0)\n",
@@ -142,20 +161,32 @@ def main() -> int:
     if args.battery:
         print(battery_table())
         return 0
-    res = {"cpus": os.cpu_count(), "load_avg_1m": round(os.getloadavg()[0], 2),
-           "math": bench_math(args.items, args.workers), "sandbox": bench_sandbox(args.programs, args.workers)}
+    res = {
+        "cpus": os.cpu_count(),
+        "load_avg_1m": round(os.getloadavg()[0], 2),
+        "math": bench_math(args.items, args.workers),
+        "sandbox": bench_sandbox(args.programs, args.workers),
+    }
     m = res["math"]
     print("| benchmark | setting | time (s) | throughput | speedup |\n|---|---|---|---|---|")
-    print(f"| math grading, serial math-verify | {m['items']} items, 1 process | {m['serial_s']} | "
-          f"{m['serial_items_per_s']} items/s | 1.00x |")
-    print(f"| math grading, pooled wrapper | {m['items']} items, {m['workers']} workers | {m['pool_s']} | "
-          f"{m['pool_items_per_s']} items/s | {m['speedup']}x |")
+    print(
+        f"| math grading, serial math-verify | {m['items']} items, 1 process | {m['serial_s']} | "
+        f"{m['serial_items_per_s']} items/s | 1.00x |"
+    )
+    print(
+        f"| math grading, pooled wrapper | {m['items']} items, {m['workers']} workers | {m['pool_s']} | "
+        f"{m['pool_items_per_s']} items/s | {m['speedup']}x |"
+    )
     for k, v in res["sandbox"].items():
         if k.startswith("workers"):
-            print(f"| sandbox, HumanEval-like | {v['programs']} programs, {k} | {v['seconds']} | "
-                  f"{v['programs_per_s']} programs/s | |")
-    print(f"\nmath CPU time: serial {m['serial_cpu_s']} s, pool {m['pool_cpu_s']} s in total "
-          f"(=> {m['speedup_if_cores_idle']}x with {m['workers']} idle cores)")
+            print(
+                f"| sandbox, HumanEval-like | {v['programs']} programs, {k} | {v['seconds']} | "
+                f"{v['programs_per_s']} programs/s | |"
+            )
+    print(
+        f"\nmath CPU time: serial {m['serial_cpu_s']} s, pool {m['pool_cpu_s']} s in total "
+        f"(=> {m['speedup_if_cores_idle']}x with {m['workers']} idle cores)"
+    )
     print(f"cpus={res['cpus']} load_avg_1m={res['load_avg_1m']}  {res['sandbox']['isolation']}")
     if args.json:
         Path(args.json).write_text(json.dumps(res, indent=2) + "\n")

@@ -44,8 +44,7 @@ def bench_losses(b: int, t: int, repeats: int, padding: float = 0.0, clock=time.
     g = torch.Generator().manual_seed(0)
     lengths = torch.randint(max(1, int((1 - 2 * padding) * t)), t + 1, (b, 1), generator=g) if padding else t
     mask = (torch.arange(t)[None, :] < lengths).float() if padding else torch.ones(b, t)
-    adv = harness.get_method("grpo").advantages((torch.rand(b, generator=g) > 0.5).float(),
-                                                torch.arange(b) // 8, mask)
+    adv = harness.get_method("grpo").advantages((torch.rand(b, generator=g) > 0.5).float(), torch.arange(b) // 8, mask)
     old = -torch.rand(b, t, generator=g) * 3
     lp0 = old + 0.05 * torch.randn(b, t, generator=g)
     ent = torch.rand(b, t, generator=g)
@@ -97,8 +96,12 @@ print(json.dumps({"time": min(times), "extra_bytes": (after - before) * 1024,
 def bench_entropy(rows: int, repeats: int) -> dict[str, dict]:
     out = {}
     for route in ("plain", "chunked"):
-        proc = subprocess.run([sys.executable, "-c", ENTROPY_CHILD, route, str(rows), str(VOCAB), str(repeats)],
-                              capture_output=True, text=True, check=True)
+        proc = subprocess.run(
+            [sys.executable, "-c", ENTROPY_CHILD, route, str(rows), str(VOCAB), str(repeats)],
+            capture_output=True,
+            text=True,
+            check=True,
+        )
         out[route] = json.loads(proc.stdout.strip().splitlines()[-1])
     return out
 
@@ -121,8 +124,10 @@ def main(argv=None) -> int:
     clock = time.process_time if args.clock == "cpu" else time.perf_counter
     losses = bench_losses(args.batch, args.seq, args.repeats, args.padding, clock)
     base = losses["grpo"]
-    print(f"\npolicy_loss forward+backward, {args.batch} x {args.seq} tokens, padding {args.padding:.0%} "
-          f"(best of {args.repeats}, interleaved, {args.clock} time)\n")
+    print(
+        f"\npolicy_loss forward+backward, {args.batch} x {args.seq} tokens, padding {args.padding:.0%} "
+        f"(best of {args.repeats}, interleaved, {args.clock} time)\n"
+    )
     print("| method | time (ms) | ratio to grpo |\n|---|---:|---:|")
     for name, sec in losses.items():
         print(f"| {name} | {sec * 1e3:.0f} | {sec / base:.2f}x |")
@@ -137,8 +142,10 @@ def main(argv=None) -> int:
     print("| route | time (s) | peak extra memory | extra / logits |\n|---|---:|---:|---:|")
     for name, r in (("log_softmax (plain)", plain), ("entropy_from_logits (chunked)", chunked)):
         print(f"| {name} | {r['time']:.3f} | {r['extra_bytes'] / 2**20:.0f} MiB | {r['extra_bytes'] / size:.3f} |")
-    print(f"\nchunked / plain time: {chunked['time'] / plain['time']:.2f}x (target <= 1.2x); "
-          f"chunked extra memory: {chunked['extra_bytes'] / size:.3f} of the logits (target <= 0.125)")
+    print(
+        f"\nchunked / plain time: {chunked['time'] / plain['time']:.2f}x (target <= 1.2x); "
+        f"chunked extra memory: {chunked['extra_bytes'] / size:.3f} of the logits (target <= 0.125)"
+    )
     return 0
 
 

@@ -41,11 +41,24 @@ ONE_THREAD = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
 def run_config(model: str, overrides=()):
     from harness.config import load_config
 
-    return load_config(str(BASE), overrides=[
-        f"model.name={model}", f"train.prompts_per_step={PROMPTS}", f"train.samples_per_prompt={SAMPLES}",
-        f"train.updates_per_rollout={UPDATES}", f"train.micro_batch_size={PROMPTS * SAMPLES // UPDATES}",
-        f"train.max_new_tokens={NEW_TOKENS}", f"train.lr={LR}", "train.dynamic_filtering=false",
-        "train.threads=1", "eval.every=0", "logging.progress=false", "method={name: grpo}", *overrides])
+    return load_config(
+        str(BASE),
+        overrides=[
+            f"model.name={model}",
+            f"train.prompts_per_step={PROMPTS}",
+            f"train.samples_per_prompt={SAMPLES}",
+            f"train.updates_per_rollout={UPDATES}",
+            f"train.micro_batch_size={PROMPTS * SAMPLES // UPDATES}",
+            f"train.max_new_tokens={NEW_TOKENS}",
+            f"train.lr={LR}",
+            "train.dynamic_filtering=false",
+            "train.threads=1",
+            "eval.every=0",
+            "logging.progress=false",
+            "method={name: grpo}",
+            *overrides,
+        ],
+    )
 
 
 def load_tokenizer(model_dir):
@@ -98,7 +111,7 @@ def matmul_gflops(n: int = 1024, repeats: int = 8) -> float:
         t0 = time.perf_counter()
         torch.mm(a, b, out=out)
         best = min(best, time.perf_counter() - t0)
-    return 2 * n ** 3 / best / 1e9
+    return 2 * n**3 / best / 1e9
 
 
 def matmul_params(model_dir: Path) -> int:
@@ -151,9 +164,18 @@ def worker_pocket(model_dir: str, steps: int, warmup: int, reference: bool) -> l
         m = tr.train_step(step)
         wall, cpu = time.perf_counter() - t0, time.process_time() - c0
         if step > warmup:
-            rows.append({"wall": wall, "cpu": cpu, "gen": acc["gen"], "old_lp": acc["old_lp"],
-                         "update": cpu - acc["gen"] - acc["old_lp"], "resp_len": m["response/length"],
-                         "tokens": acc["tokens"], "reward": m["reward/mean"]})
+            rows.append(
+                {
+                    "wall": wall,
+                    "cpu": cpu,
+                    "gen": acc["gen"],
+                    "old_lp": acc["old_lp"],
+                    "update": cpu - acc["gen"] - acc["old_lp"],
+                    "resp_len": m["response/length"],
+                    "tokens": acc["tokens"],
+                    "reward": m["reward/mean"],
+                }
+            )
     return rows
 
 
@@ -183,14 +205,40 @@ def worker_trl(model_dir: str, steps: int, warmup: int) -> list[dict]:
 
     n_opt = UPDATES * (warmup + steps)
     args = GRPOConfig(
-        output_dir=tempfile.mkdtemp(), use_cpu=True, seed=0, max_steps=n_opt, learning_rate=LR,
-        lr_scheduler_type="constant", warmup_steps=0, weight_decay=0.0, max_grad_norm=1.0, adam_beta1=0.9,
-        adam_beta2=0.999, per_device_train_batch_size=PROMPTS * SAMPLES // UPDATES, gradient_accumulation_steps=1,
-        steps_per_generation=UPDATES, num_generations=SAMPLES, num_iterations=1, max_completion_length=NEW_TOKENS,
-        temperature=1.0, top_p=1.0, beta=0.0, epsilon=0.2, loss_type="dapo", scale_rewards="group",
-        bf16=False, fp16=False, gradient_checkpointing=False, disable_dropout=True, report_to="none",
-        logging_steps=10 ** 6, save_strategy="no", disable_tqdm=True, dataloader_num_workers=0,
-        log_completions=False)
+        output_dir=tempfile.mkdtemp(),
+        use_cpu=True,
+        seed=0,
+        max_steps=n_opt,
+        learning_rate=LR,
+        lr_scheduler_type="constant",
+        warmup_steps=0,
+        weight_decay=0.0,
+        max_grad_norm=1.0,
+        adam_beta1=0.9,
+        adam_beta2=0.999,
+        per_device_train_batch_size=PROMPTS * SAMPLES // UPDATES,
+        gradient_accumulation_steps=1,
+        steps_per_generation=UPDATES,
+        num_generations=SAMPLES,
+        num_iterations=1,
+        max_completion_length=NEW_TOKENS,
+        temperature=1.0,
+        top_p=1.0,
+        beta=0.0,
+        epsilon=0.2,
+        loss_type="dapo",
+        scale_rewards="group",
+        bf16=False,
+        fp16=False,
+        gradient_checkpointing=False,
+        disable_dropout=True,
+        report_to="none",
+        logging_steps=10**6,
+        save_strategy="no",
+        disable_tqdm=True,
+        dataloader_num_workers=0,
+        log_completions=False,
+    )
     model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
     stamps = []
 
@@ -199,8 +247,9 @@ def worker_trl(model_dir: str, steps: int, warmup: int) -> list[dict]:
             if state.global_step % UPDATES == 0:
                 stamps.append({"t": time.perf_counter(), "c": time.process_time(), **acc})
 
-    trainer = GRPOTrainer(model=model, reward_funcs=reward, args=args, train_dataset=data, processing_class=hf_tok,
-                          callbacks=[Stamp()])
+    trainer = GRPOTrainer(
+        model=model, reward_funcs=reward, args=args, train_dataset=data, processing_class=hf_tok, callbacks=[Stamp()]
+    )
     acc = {"gen": 0.0, "old_lp": 0.0, "len": 0.0, "tokens": 0.0, "reward": 0.0}
     gen, lp = trainer._generate, trainer._get_per_token_logps_and_entropies
     score = trainer._generate_and_score_completions
@@ -235,16 +284,36 @@ def worker_trl(model_dir: str, steps: int, warmup: int) -> list[dict]:
         a, b = stamps[k], stamps[k + 1]
         wall, cpu = b["t"] - a["t"], b["c"] - a["c"]
         g, o = b["gen"] - a["gen"], b["old_lp"] - a["old_lp"]
-        rows.append({"wall": wall, "cpu": cpu, "gen": g, "old_lp": o, "update": cpu - g - o,
-                     "resp_len": b["len"], "tokens": b["tokens"], "reward": b["reward"]})
+        rows.append(
+            {
+                "wall": wall,
+                "cpu": cpu,
+                "gen": g,
+                "old_lp": o,
+                "update": cpu - g - o,
+                "resp_len": b["len"],
+                "tokens": b["tokens"],
+                "reward": b["reward"],
+            }
+        )
     return rows
 
 
 # ---------------------------------------------------------------------------------------------- driver
 def run_arm(arm: str, model_dir: Path, steps: int, warmup: int, trl_python: Path) -> list[dict]:
     py = str(trl_python) if arm == "trl" else sys.executable
-    cmd = [py, str(Path(__file__).resolve()), "--worker", arm, "--model-dir", str(model_dir),
-           "--steps", str(steps), "--warmup", str(warmup)]
+    cmd = [
+        py,
+        str(Path(__file__).resolve()),
+        "--worker",
+        arm,
+        "--model-dir",
+        str(model_dir),
+        "--steps",
+        str(steps),
+        "--warmup",
+        str(warmup),
+    ]
     env = {**os.environ, **ONE_THREAD, "PYTHONPATH": str(ROOT), "TOKENIZERS_PARALLELISM": "false"}
     p = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=ROOT)
     if p.returncode != 0:
@@ -285,8 +354,10 @@ def main(argv=None) -> int:
     cache.mkdir(parents=True, exist_ok=True)
     gflops = matmul_gflops()
     load = os.getloadavg()
-    print(f"single-thread fp32 matmul: {gflops:.0f} GFLOP/s; load average {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}",
-          file=sys.stderr)
+    print(
+        f"single-thread fp32 matmul: {gflops:.0f} GFLOP/s; load average {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}",
+        file=sys.stderr,
+    )
     raw, table = {}, []
     for size in args.sizes:
         model_dir = warm_started_dir(size, cache)
@@ -295,12 +366,14 @@ def main(argv=None) -> int:
         per_round = {a: [] for a in arms}
         for r in range(args.rounds):
             order = arms + arms[::-1]  # ABBA: a drift in machine load hits every arm alike
-            for k, arm in enumerate(order):
+            for arm in order:
                 rows = run_arm(arm, model_dir, args.steps, args.warmup, trl_python)
                 res[arm] += rows
                 per_round[arm].append(med(rows, "cpu"))
-                print(f"{size} round {r + 1} {arm}: {med(rows, 'wall'):.3f} s/step wall, {med(rows, 'cpu'):.3f} CPU",
-                      file=sys.stderr)
+                print(
+                    f"{size} round {r + 1} {arm}: {med(rows, 'wall'):.3f} s/step wall, {med(rows, 'cpu'):.3f} CPU",
+                    file=sys.stderr,
+                )
         raw[size] = res
         P = matmul_params(model_dir)
         tokens = med(res["pocket"], "tokens") if "pocket" in res else med(next(iter(res.values())), "tokens")
@@ -308,32 +381,48 @@ def main(argv=None) -> int:
         bound = (4 * P + 6 * P) * tokens / (gflops * 1e9)
         for arm in arms:
             rows = res[arm]
-            line = {"size": size, "arm": arm, "wall": med(rows, "wall"), "cpu": med(rows, "cpu"),
-                    "gen": med(rows, "gen"), "old_lp": med(rows, "old_lp"), "update": med(rows, "update"),
-                    "resp_len": statistics.mean(r["resp_len"] for r in rows),
-                    "tokens": statistics.mean(r["tokens"] for r in rows), "bound": bound,
-                    "reward": statistics.mean(r["reward"] for r in rows)}
+            line = {
+                "size": size,
+                "arm": arm,
+                "wall": med(rows, "wall"),
+                "cpu": med(rows, "cpu"),
+                "gen": med(rows, "gen"),
+                "old_lp": med(rows, "old_lp"),
+                "update": med(rows, "update"),
+                "resp_len": statistics.mean(r["resp_len"] for r in rows),
+                "tokens": statistics.mean(r["tokens"] for r in rows),
+                "bound": bound,
+                "reward": statistics.mean(r["reward"] for r in rows),
+            }
             if arm != "pocket" and "pocket" in arms:
                 ratios = sorted(a / b for a, b in zip(per_round[arm], per_round["pocket"]))
                 line["ratio_vs_pocket"] = (statistics.median(ratios), ratios[0], ratios[-1])
             table.append(line)
     if args.json:
         Path(args.json).write_text(json.dumps({"gflops": gflops, "load": load, "rows": raw}, indent=1))
-    print(f"\nsingle-thread fp32 matmul {gflops:.0f} GFLOP/s; load average at start {load[0]:.2f}; "
-          f"{args.rounds} ABBA rounds x {args.steps} timed RL steps per arm run (medians)\n")
-    print("| model | arm | wall s/step | CPU s/step | CPU: generation | old log-probs | updates + rest | "
-          "resp. len | tokens/step | reward | ÷ pocket (CPU; range over rounds) | CPU ÷ FLOP bound |")
+    print(
+        f"\nsingle-thread fp32 matmul {gflops:.0f} GFLOP/s; load average at start {load[0]:.2f}; "
+        f"{args.rounds} ABBA rounds x {args.steps} timed RL steps per arm run (medians)\n"
+    )
+    print(
+        "| model | arm | wall s/step | CPU s/step | CPU: generation | old log-probs | updates + rest | "
+        "resp. len | tokens/step | reward | ÷ pocket (CPU; range over rounds) | CPU ÷ FLOP bound |"
+    )
     print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
     for t in table:
         rv = t.get("ratio_vs_pocket")
         rtxt = f"{rv[0]:.2f} ({rv[1]:.2f}–{rv[2]:.2f})" if rv else "1"
-        print(f"| {t['size']} | {t['arm']} | {t['wall']:.3f} | {t['cpu']:.3f} | {t['gen']:.3f} | {t['old_lp']:.3f} | "
-              f"{t['update']:.3f} | {t['resp_len']:.2f} | {t['tokens']:.0f} | {t['reward']:.2f} | {rtxt} | "
-              f"{t['cpu'] / t['bound']:.1f}× |")
+        print(
+            f"| {t['size']} | {t['arm']} | {t['wall']:.3f} | {t['cpu']:.3f} | {t['gen']:.3f} | {t['old_lp']:.3f} | "
+            f"{t['update']:.3f} | {t['resp_len']:.2f} | {t['tokens']:.0f} | {t['reward']:.2f} | {rtxt} | "
+            f"{t['cpu'] / t['bound']:.1f}× |"
+        )
     for size in args.sizes:
         b = next(t["bound"] for t in table if t["size"] == size)
-        print(f"\n{size}: FLOP bound {b:.3f} s/step (10 x matmul weights x valid tokens / {gflops:.0f} GFLOP/s: "
-              f"generation + old-log-prob forwards and 8 updates' forward+backward over all responses)")
+        print(
+            f"\n{size}: FLOP bound {b:.3f} s/step (10 x matmul weights x valid tokens / {gflops:.0f} GFLOP/s: "
+            f"generation + old-log-prob forwards and 8 updates' forward+backward over all responses)"
+        )
     for n in notes:
         print(f"\nnote: {n}")
     return 0

@@ -28,8 +28,15 @@ from harness.sweeps import cells as C  # noqa: E402
 from harness.sweeps import expand, load_spec  # noqa: E402
 from harness.sweeps.submit import submit_cells  # noqa: E402
 
-METHODS = [{"name": "grpo"}, {"name": "rloo"}, {"name": "clip_higher"}, {"name": "entropy_bonus", "coef": 0.001},
-           {"name": "clip_cov"}, {"name": "kl_cov", "k_ratio": 0.002}, {"name": "prime"}]
+METHODS = [
+    {"name": "grpo"},
+    {"name": "rloo"},
+    {"name": "clip_higher"},
+    {"name": "entropy_bonus", "coef": 0.001},
+    {"name": "clip_cov"},
+    {"name": "kl_cov", "k_ratio": 0.002},
+    {"name": "prime"},
+]
 
 
 def spec_for(n_cells: int) -> dict:
@@ -37,14 +44,25 @@ def spec_for(n_cells: int) -> dict:
     seeds = max(1, -(-n_cells // per_seed))
     return {
         "name": "bench",
-        "base": {"backend": "pocket", "method": {"name": "grpo"}, "model": {"name": "pocket-0.3m"},
-                 "task": {"name": "arith"}, "train": {"steps": 60}},
+        "base": {
+            "backend": "pocket",
+            "method": {"name": "grpo"},
+            "model": {"name": "pocket-0.3m"},
+            "task": {"name": "arith"},
+            "train": {"steps": 60},
+        },
         "grid": {"method": METHODS},
         "zip": [{"model.name": ["pocket-0.3m", "pocket-1m"], "train.lr": [1e-3, 5e-4]}],
         "seeds": list(range(seeds)),
-        "resources": {"default": {"partition": "debug", "timeout_min": 30, "array_parallelism": 16,
-                                  "additional_parameters": {"hold": True}},
-                      "groups": [{"match": {"model.name": "pocket-1m"}, "timeout_min": 60}]},
+        "resources": {
+            "default": {
+                "partition": "debug",
+                "timeout_min": 30,
+                "array_parallelism": 16,
+                "additional_parameters": {"hold": True},
+            },
+            "groups": [{"match": {"model.name": "pocket-1m"}, "timeout_min": 60}],
+        },
     }
 
 
@@ -60,8 +78,15 @@ def run(n_cells: int, runs_dir: Path) -> dict:
     t3 = time.perf_counter()
     arrays = sorted({j.split("_")[0] for j in report.job_ids.values()})
     subprocess.run(["scancel", *arrays], check=False)
-    return {"cells": len(cells), "arrays": len(arrays), "refused": len(report.refused),
-            "expand_validate_s": t1 - t0, "materialise_s": t2 - t1, "submit_s": t3 - t2, "total_s": t3 - t0}
+    return {
+        "cells": len(cells),
+        "arrays": len(arrays),
+        "refused": len(report.refused),
+        "expand_validate_s": t1 - t0,
+        "materialise_s": t2 - t1,
+        "submit_s": t3 - t2,
+        "total_s": t3 - t0,
+    }
 
 
 def _cluster_answers() -> bool:

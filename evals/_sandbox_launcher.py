@@ -96,8 +96,12 @@ def build_root(cfg, got):
 
 def set_limits(lim):
     R = resource
-    pairs = [(R.RLIMIT_AS, lim["memory_mb"] << 20), (R.RLIMIT_FSIZE, lim["fsize_mb"] << 20),
-             (R.RLIMIT_NOFILE, lim["nofile"]), (R.RLIMIT_CORE, 0)]
+    pairs = [
+        (R.RLIMIT_AS, lim["memory_mb"] << 20),
+        (R.RLIMIT_FSIZE, lim["fsize_mb"] << 20),
+        (R.RLIMIT_NOFILE, lim["nofile"]),
+        (R.RLIMIT_CORE, 0),
+    ]
     for what, v in pairs:
         R.setrlimit(what, (v, v))
     R.setrlimit(R.RLIMIT_CPU, (lim["cpu_s"], lim["cpu_s"] + 1))

@@ -142,7 +142,7 @@ def run_call(job):
 
 
 # ---- a small pytest stand-in for interpreters without pytest ----------------------------------------
-_SHIM = '''
+_SHIM = """
 import math as _m
 class _Raises:
     def __init__(self, exc, match=None): self.exc, self.match, self.value = exc, match, None
@@ -176,7 +176,7 @@ class _Mark:
 mark = _Mark()
 def fixture(*a, **k):
     return a[0] if a and callable(a[0]) else (lambda f: f)
-'''
+"""
 
 
 def _mini_pytest():
@@ -221,10 +221,12 @@ def run_pytest(job):
     sys.path.insert(0, os.getcwd())
     try:
         import pytest  # noqa: F401
+
         real = True
     except ImportError:
         real = False
     if real:
+
         class Counter:
             passed, failed = 0, []
 
@@ -235,6 +237,7 @@ def run_pytest(job):
                     Counter.failed.append("%s: %s" % (report.nodeid, str(report.longrepr).splitlines()[-1:]))
 
         import pytest as _pt
+
         rc = _pt.main(["-q", "-p", "no:cacheprovider", "-x", "test_solution.py"], plugins=[Counter()])
         passed, failures = Counter.passed, Counter.failed
         if int(rc) not in (0,) and not failures:
@@ -248,8 +251,12 @@ def run_pytest(job):
             return {"ok": False, "error": "collection: " + _short_error(e)}
     if passed == 0 and not failures:
         return {"ok": False, "error": "no tests ran"}
-    return {"ok": not failures, "passed": passed, "error": "; ".join(failures)[:500] or None,
-            "runner": "pytest" if real else "builtin"}
+    return {
+        "ok": not failures,
+        "passed": passed,
+        "error": "; ".join(failures)[:500] or None,
+        "runner": "pytest" if real else "builtin",
+    }
 
 
 def main():
@@ -261,7 +268,7 @@ def main():
     report = {"script": run_script, "stdio": run_stdio, "call": run_call, "pytest": run_pytest}[job["mode"]](job)
     data = (nonce + " " + json.dumps(report) + "\n").encode()
     while data:
-        data = data[os.write(report_fd, data):]
+        data = data[os.write(report_fd, data) :]
     for stream in (sys.stdout, sys.stderr, sys.__stdout__, sys.__stderr__):
         try:
             stream.flush()

@@ -9,14 +9,19 @@ from pathlib import Path
 
 MATH_FIELDS = ("id", "response", "answer")
 TEST_FIELDS = ("test", "test_list", "tests", "input_output")
-CODE_HINT = "HumanEval-shaped code lines need id, prompt, response, test, entry_point (MBPP: test_list; " \
-            "LiveCodeBench: tests; KodCode: format=kodcode + test)"
+CODE_HINT = (
+    "HumanEval-shaped code lines need id, prompt, response, test, entry_point (MBPP: test_list; "
+    "LiveCodeBench: tests; KodCode: format=kodcode + test)"
+)
 
 
 def register(sub) -> None:
-    p = sub.add_parser("eval", help="evaluate a model on benchmark suites (generate, grade, avg@k/pass@k)",
-                       description="Evaluate a model on suites. Generations are appended to "
-                                   "OUT/<suite>.generations.jsonl as they come; rerunning continues there.")
+    p = sub.add_parser(
+        "eval",
+        help="evaluate a model on benchmark suites (generate, grade, avg@k/pass@k)",
+        description="Evaluate a model on suites. Generations are appended to "
+        "OUT/<suite>.generations.jsonl as they come; rerunning continues there.",
+    )
     p.add_argument("--model", help="local HF model dir, hub id, or path/to/model.gguf")
     p.add_argument("--suites", help="comma-separated suite names (see --list-suites)")
     p.add_argument("--list-suites", action="store_true", help="print the suites with their protocols and exit")
@@ -40,15 +45,22 @@ def register(sub) -> None:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--workers", type=int, help="grading processes/threads (default: CPU count)")
     p.add_argument("--sandbox-python", help="interpreter for code (default /usr/bin/python3)")
-    p.add_argument("--lm-eval-tasks", help="run these lm-eval tasks through our engine instead of --suites "
-                                          "(our suites are available as harness_<suite>)")
+    p.add_argument(
+        "--lm-eval-tasks",
+        help="run these lm-eval tasks through our engine instead of --suites "
+        "(our suites are available as harness_<suite>)",
+    )
     p.add_argument("--include-path", help="extra lm-eval task directory (with --lm-eval-tasks)")
-    p.add_argument("--lm-eval-metadata", help="JSON passed to lm-eval tasks, e.g. '{\"data_dir\": \"data/\"}'")
+    p.add_argument("--lm-eval-metadata", help='JSON passed to lm-eval tasks, e.g. \'{"data_dir": "data/"}\'')
     p.set_defaults(func=cmd_eval)
 
-    g = sub.add_parser("grade", help="re-grade saved generations (math or code JSONL)",
-                       description="Re-grade a JSONL file. Math line: {id, response, answer}. " + CODE_HINT +
-                                   ". Writes each line plus correct (and status/detail for code).")
+    g = sub.add_parser(
+        "grade",
+        help="re-grade saved generations (math or code JSONL)",
+        description="Re-grade a JSONL file. Math line: {id, response, answer}. "
+        + CODE_HINT
+        + ". Writes each line plus correct (and status/detail for code).",
+    )
     g.add_argument("--input", required=True)
     g.add_argument("--output", required=True)
     g.add_argument("--kind", choices=["auto", "math", "code"], default="auto")
@@ -64,8 +76,10 @@ def _print_suites() -> int:
     for name in list_suites():
         s = SUITES.get(name)
         pr = s.protocol
-        print(f"{name:16s} {s.kind:6s} n={pr.n_samples:<3d} T={pr.temperature:<4g} top_p={pr.top_p:<4g} "
-              f"max_tokens={pr.max_tokens:<5d} {s.hf_id}  {s.note}")
+        print(
+            f"{name:16s} {s.kind:6s} n={pr.n_samples:<3d} T={pr.temperature:<4g} top_p={pr.top_p:<4g} "
+            f"max_tokens={pr.max_tokens:<5d} {s.hf_id}  {s.note}"
+        )
     return 0
 
 
@@ -81,8 +95,10 @@ def _positive(args, names: tuple[str, ...], minimum: int | float = 1) -> None:
 def check_eval_args(args) -> None:
     """Every value that would make an eval meaningless is refused before any model is loaded."""
     if args.suites and args.lm_eval_tasks:
-        raise ValueError("--suites and --lm-eval-tasks are two separate evaluations; give one of them (our suites "
-                         "are available to lm-eval as harness_<suite>)")
+        raise ValueError(
+            "--suites and --lm-eval-tasks are two separate evaluations; give one of them (our suites "
+            "are available to lm-eval as harness_<suite>)"
+        )
     _positive(args, ("n", "max_tokens", "limit", "batch_size", "threads", "workers", "tensor_parallel_size"))
     if args.top_p is not None and not 0 < args.top_p <= 1:
         raise ValueError(f"--top-p {args.top_p}: allowed 0 < top_p <= 1")
@@ -110,8 +126,9 @@ def cmd_eval(args) -> int:
     register_model_suite(SUITES, args.model)  # an exported run (`harness export`) brings its own task suite
     suites = resolve_suites(args.suites)
     for s in suites:  # validate protocol overrides and data before loading a model
-        s.protocol.with_overrides(n_samples=args.n, temperature=args.temperature, top_p=args.top_p,
-                                  max_tokens=args.max_tokens)
+        s.protocol.with_overrides(
+            n_samples=args.n, temperature=args.temperature, top_p=args.top_p, max_tokens=args.max_tokens
+        )
         s.load(data_dir=args.data_dir, fixtures=args.fixtures, limit=args.limit, template=args.template)
     sandbox = None
     if any(s.kind == "code" for s in suites):
@@ -124,10 +141,22 @@ def cmd_eval(args) -> int:
     engine = make_engine(args.engine, args.model, **kw)
     out = args.out or os.path.join("evals_out", Path(args.model.rstrip("/")).name)
     try:
-        summary = evaluate(engine, suites, out, n=args.n, temperature=args.temperature, top_p=args.top_p,
-                           max_tokens=args.max_tokens, data_dir=args.data_dir, fixtures=args.fixtures,
-                           limit=args.limit, template=args.template, seed=args.seed, workers=args.workers,
-                           sandbox=sandbox)
+        summary = evaluate(
+            engine,
+            suites,
+            out,
+            n=args.n,
+            temperature=args.temperature,
+            top_p=args.top_p,
+            max_tokens=args.max_tokens,
+            data_dir=args.data_dir,
+            fixtures=args.fixtures,
+            limit=args.limit,
+            template=args.template,
+            seed=args.seed,
+            workers=args.workers,
+            sandbox=sandbox,
+        )
     finally:
         if sandbox is not None:
             sandbox.close()
@@ -135,16 +164,19 @@ def cmd_eval(args) -> int:
         r = summary["suites"][name]
         m = r["metrics"]
         extra = "  ".join(f"{k}={v:.4f}" for k, v in m.items() if not k.endswith("_stderr") and k != r["primary"])
-        print(f"{name:16s} {r['primary']}={m[r['primary']]:.4f} ± {m.get(r['primary'] + '_stderr', 0):.4f}  "
-              f"(n_problems={r['n_problems']}, n={r['n_samples']}, T={r['temperature']:g}, top_p={r['top_p']:g}, "
-              f"max_tokens={r['max_tokens']})  {extra}")
+        print(
+            f"{name:16s} {r['primary']}={m[r['primary']]:.4f} ± {m.get(r['primary'] + '_stderr', 0):.4f}  "
+            f"(n_problems={r['n_problems']}, n={r['n_samples']}, T={r['temperature']:g}, top_p={r['top_p']:g}, "
+            f"max_tokens={r['max_tokens']})  {extra}"
+        )
     print(f"results: {Path(out) / 'results.json'}")
     return 0
 
 
 def _cmd_lm_eval(args) -> int:
-    from .engines import make_engine
     from harness.io import atomic_write_json
+
+    from .engines import make_engine
     from .lm_eval_bridge import run_lm_eval
 
     if not args.model:
@@ -164,8 +196,14 @@ def _cmd_lm_eval(args) -> int:
         kw.update(batch_size=args.batch_size, device=args.device, threads=args.threads)
     engine = make_engine(args.engine, args.model, **kw)
     tasks = [t.strip() for t in args.lm_eval_tasks.split(",") if t.strip()]
-    res = run_lm_eval(engine, tasks, include_path=args.include_path, limit=args.limit, metadata=meta,
-                      apply_chat_template=bool(args.chat))
+    res = run_lm_eval(
+        engine,
+        tasks,
+        include_path=args.include_path,
+        limit=args.limit,
+        metadata=meta,
+        apply_chat_template=bool(args.chat),
+    )
     out = Path(args.out or os.path.join("evals_out", Path(args.model.rstrip("/")).name))
     out.mkdir(parents=True, exist_ok=True)
     atomic_write_json(out / "lm_eval_results.json", res["results"])
@@ -192,11 +230,9 @@ def _kind_of(row: dict) -> str:
 
 
 def cmd_grade(args) -> int:
-    from harness.io import write_jsonl
+    from harness.io import check_output_file, write_jsonl
 
     from .evaluate import grade_items
-
-    from harness.io import check_output_file
 
     src, dst = Path(args.input), Path(args.output)
     if not src.exists():
@@ -224,8 +260,10 @@ def cmd_grade(args) -> int:
             what = "math lines need id, response, answer" if kind == "math" else CODE_HINT
             raise ValueError(f"{src}:{ln}: missing field(s) {', '.join(missing)} ({what})")
         if kind == "code" and not any(row.get(k) for k in TEST_FIELDS):
-            raise ValueError(f"{src}:{ln}: a code line with no tests (one of {', '.join(TEST_FIELDS)} must be "
-                             f"non-empty); without tests no verdict means anything")
+            raise ValueError(
+                f"{src}:{ln}: a code line with no tests (one of {', '.join(TEST_FIELDS)} must be "
+                f"non-empty); without tests no verdict means anything"
+            )
         rows.append(row)
         kinds.append(kind)
     verdicts: list[dict | None] = [None] * len(rows)
@@ -235,8 +273,14 @@ def cmd_grade(args) -> int:
             continue
         sandbox = _make_sandbox(args.sandbox_python, args.workers, args.timeout) if kind == "code" else None
         try:
-            res = grade_items(kind, [rows[i] for i in idx], workers=args.workers, sandbox=sandbox,
-                              math_timeout_s=args.timeout, progress=True)
+            res = grade_items(
+                kind,
+                [rows[i] for i in idx],
+                workers=args.workers,
+                sandbox=sandbox,
+                math_timeout_s=args.timeout,
+                progress=True,
+            )
         finally:
             if sandbox is not None:
                 sandbox.close()

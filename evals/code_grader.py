@@ -17,8 +17,8 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Sequence
 from decimal import Decimal, InvalidOperation
-from typing import Sequence
 
 from .sandbox import ExecResult, Sandbox
 
@@ -56,8 +56,10 @@ def detect_format(item: dict) -> str:
         return "lcb"
     if "test" in item and "solution" in str(item["test"]):
         return "kodcode"
-    raise ValueError("cannot tell the code format of item %r: give 'format' (one of %s) or HumanEval fields "
-                     "(prompt, response, test, entry_point)" % (item.get("id"), ", ".join(FORMATS)))
+    raise ValueError(
+        "cannot tell the code format of item %r: give 'format' (one of %s) or HumanEval fields "
+        "(prompt, response, test, entry_point)" % (item.get("id"), ", ".join(FORMATS))
+    )
 
 
 def _import_lines(prompt: str) -> str:
@@ -109,11 +111,17 @@ def build_job(item: dict) -> tuple[dict, dict, dict]:
             raise ValueError(f"functional LiveCodeBench item {item.get('id')!r} needs 'fn_name'")
         cases = [{"args": [json.loads(line) for line in t["input"].split("\n") if line.strip()]} for t in tests]
         expected = [json.loads(t["output"]) for t in tests]
-        return {"prog.py": code}, {"mode": "call", "fn_name": fn, "cases": cases}, {"fmt": fmt, "kind": "call",
-                                                                                   "expected": expected}
+        return (
+            {"prog.py": code},
+            {"mode": "call", "fn_name": fn, "cases": cases},
+            {"fmt": fmt, "kind": "call", "expected": expected},
+        )
     cases = [{"input": t["input"]} for t in tests]
-    return {"prog.py": code}, {"mode": "stdio", "cases": cases}, {"fmt": fmt, "kind": "stdio",
-                                                                  "expected": [t["output"] for t in tests]}
+    return (
+        {"prog.py": code},
+        {"mode": "stdio", "cases": cases},
+        {"fmt": fmt, "kind": "stdio", "expected": [t["output"] for t in tests]},
+    )
 
 
 def outputs_match(got: str, expected: str) -> bool:
@@ -163,12 +171,18 @@ def classify(res: ExecResult, ctx: dict) -> dict:
             if c.get("error"):
                 st = "timeout" if c["error"] == "timeout" else "failed"
                 return {"correct": False, "status": st, "detail": f"case {i}: {c['error']}"[:300]}
-            ok = (outputs_match(c.get("stdout", ""), exp) if ctx["kind"] == "stdio"
-                  else _normalize_value(c.get("result")) == _normalize_value(exp))
+            ok = (
+                outputs_match(c.get("stdout", ""), exp)
+                if ctx["kind"] == "stdio"
+                else _normalize_value(c.get("result")) == _normalize_value(exp)
+            )
             if not ok:
                 shown = c.get("stdout", "") if ctx["kind"] == "stdio" else c.get("result")
-                return {"correct": False, "status": "failed",
-                        "detail": f"case {i}: wrong answer (got {str(shown)[:80]!r})"}
+                return {
+                    "correct": False,
+                    "status": "failed",
+                    "detail": f"case {i}: wrong answer (got {str(shown)[:80]!r})",
+                }
         return {"correct": True, "status": "passed", "detail": f"{len(expected)} cases"}
     if rep.get("ok"):
         return {"correct": True, "status": "passed", "detail": ""}

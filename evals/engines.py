@@ -12,9 +12,9 @@ distribution is the same).
 from __future__ import annotations
 
 import os
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable, Iterator, Sequence
 
 from harness.registry import Registry
 
@@ -64,8 +64,9 @@ def chat_format(tokenizer, prompt: str, chat: bool | None) -> str:
         return prompt
     if not has_template:
         raise ValueError("--chat was requested but the tokenizer has no chat template")
-    return tokenizer.apply_chat_template([{"role": "user", "content": prompt}], tokenize=False,
-                                         add_generation_prompt=True)
+    return tokenizer.apply_chat_template(
+        [{"role": "user", "content": prompt}], tokenize=False, add_generation_prompt=True
+    )
 
 
 @ENGINES.register("hf")
@@ -74,8 +75,17 @@ class HFEngine(Engine):
 
     name = "hf"
 
-    def __init__(self, model: str, batch_size: int = 8, device: str | None = None, dtype: str = "auto",
-                 chat: bool | None = None, model_obj=None, tokenizer=None, threads: int | None = None):
+    def __init__(
+        self,
+        model: str,
+        batch_size: int = 8,
+        device: str | None = None,
+        dtype: str = "auto",
+        chat: bool | None = None,
+        model_obj=None,
+        tokenizer=None,
+        threads: int | None = None,
+    ):
         import torch
 
         if threads:  # on a shared CPU box one thread is often several times faster than contended threads
@@ -92,14 +102,20 @@ class HFEngine(Engine):
 
             self.tokenizer = tokenizer or load_tokenizer(path, **extra)  # a saved pocket tokenizer exactly
         except OSError as e:
-            raise FileNotFoundError(f"could not load the tokenizer of model {model}: {str(e).splitlines()[0]}. "
-                                    "Pass a local HF model directory or a .gguf file (offline: no hub access)") from None
+            raise FileNotFoundError(
+                f"could not load the tokenizer of model {model}: {str(e).splitlines()[0]}. "
+                "Pass a local HF model directory or a .gguf file (offline: no hub access)"
+            ) from None
         self.tokenizer.padding_side = "left"
         if self.tokenizer.pad_token_id is None:
             self.tokenizer.pad_token = self.tokenizer.eos_token
         if model_obj is None:
-            torch_dtype = {"auto": (torch.bfloat16 if self.device == "cuda" else torch.float32),
-                           "float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}[dtype]
+            torch_dtype = {
+                "auto": (torch.bfloat16 if self.device == "cuda" else torch.float32),
+                "float32": torch.float32,
+                "bfloat16": torch.bfloat16,
+                "float16": torch.float16,
+            }[dtype]
             model_obj = AutoModelForCausalLM.from_pretrained(path, dtype=torch_dtype, **extra)
         self.model = model_obj.to(self.device).eval()
         self.batch_size = max(1, batch_size)
@@ -113,9 +129,11 @@ class HFEngine(Engine):
 
         reqs = list(requests)
         for b in range(0, len(reqs), self.batch_size):
-            batch = reqs[b:b + self.batch_size]
+            batch = reqs[b : b + self.batch_size]
             texts = [chat_format(self.tokenizer, r.prompt, self.chat) for r in batch]
-            enc = self.tokenizer(texts, return_tensors="pt", padding=True, add_special_tokens=not self._templated(texts))
+            enc = self.tokenizer(
+                texts, return_tensors="pt", padding=True, add_special_tokens=not self._templated(texts)
+            )
             enc = {k: v.to(self.device) for k, v in enc.items()}
             kwargs = dict(max_new_tokens=protocol.max_tokens, pad_token_id=self.tokenizer.pad_token_id)
             if protocol.temperature > 0:
@@ -125,7 +143,7 @@ class HFEngine(Engine):
                 kwargs.update(do_sample=False, temperature=None, top_p=None, top_k=None)
             with torch.no_grad():
                 out = self.model.generate(**enc, **kwargs)
-            new = out[:, enc["input_ids"].shape[1]:]
+            new = out[:, enc["input_ids"].shape[1] :]
             for r, row in zip(batch, new):
                 yield r, self.tokenizer.decode(row, skip_special_tokens=True)
 
@@ -140,16 +158,31 @@ class VLLMEngine(Engine):
 
     name = "vllm"
 
-    def __init__(self, model: str, tensor_parallel_size: int = 1, gpu_memory_utilization: float = 0.85,
-                 max_model_len: int | None = None, chat: bool | None = None, chunk: int = 512, seed: int = 0,
-                 dtype: str = "auto"):
+    def __init__(
+        self,
+        model: str,
+        tensor_parallel_size: int = 1,
+        gpu_memory_utilization: float = 0.85,
+        max_model_len: int | None = None,
+        chat: bool | None = None,
+        chunk: int = 512,
+        seed: int = 0,
+        dtype: str = "auto",
+    ):
         try:
             from vllm import LLM
         except ImportError as e:
-            raise ValueError(f"--engine vllm needs the vllm package (pip install 'entropy-harness[gpu]'): {e}") from None
+            raise ValueError(
+                f"--engine vllm needs the vllm package (pip install 'entropy-harness[gpu]'): {e}"
+            ) from None
         path, extra = split_model_path(model)
-        kw = dict(model=model if extra else path, tensor_parallel_size=tensor_parallel_size, seed=seed,
-                  gpu_memory_utilization=gpu_memory_utilization, dtype=dtype)
+        kw = dict(
+            model=model if extra else path,
+            tensor_parallel_size=tensor_parallel_size,
+            seed=seed,
+            gpu_memory_utilization=gpu_memory_utilization,
+            dtype=dtype,
+        )
         if max_model_len:
             kw["max_model_len"] = max_model_len
         self.llm = LLM(**kw)
@@ -164,12 +197,18 @@ class VLLMEngine(Engine):
 
         reqs = list(requests)
         for b in range(0, len(reqs), self.chunk):
-            batch = reqs[b:b + self.chunk]
+            batch = reqs[b : b + self.chunk]
             texts = [chat_format(self.tokenizer, r.prompt, self.chat) for r in batch]
-            params = [SamplingParams(n=1, temperature=protocol.temperature, top_p=protocol.top_p,
-                                     max_tokens=protocol.max_tokens,
-                                     seed=None if protocol.temperature == 0 else _request_seed(seed, r.key))
-                      for r in batch]
+            params = [
+                SamplingParams(
+                    n=1,
+                    temperature=protocol.temperature,
+                    top_p=protocol.top_p,
+                    max_tokens=protocol.max_tokens,
+                    seed=None if protocol.temperature == 0 else _request_seed(seed, r.key),
+                )
+                for r in batch
+            ]
             outs = self.llm.generate(texts, params, use_tqdm=False)
             for r, o in zip(batch, outs):
                 yield r, o.outputs[0].text

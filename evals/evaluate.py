@@ -16,8 +16,8 @@ from __future__ import annotations
 import json
 import time
 from collections import defaultdict
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 from tqdm.auto import tqdm
 
@@ -28,16 +28,27 @@ from .metrics import answer_key, summarize
 from .suites import Protocol, Suite
 
 
-def grade_items(kind: str, items: list[dict], *, workers: int | None = None, sandbox=None,
-                math_timeout_s: float = 10.0, progress: bool = False) -> list[dict]:
+def grade_items(
+    kind: str,
+    items: list[dict],
+    *,
+    workers: int | None = None,
+    sandbox=None,
+    math_timeout_s: float = 10.0,
+    progress: bool = False,
+) -> list[dict]:
     """Verdicts for items of one kind (math: {response, answer}; code: see code_grader; pocket)."""
     if not items:
         return []
     if kind == "math":
         from .math_grader import grade_math_many
 
-        return grade_math_many([(it.get("response", ""), it["answer"]) for it in items], workers=workers,
-                               timeout_s=math_timeout_s, progress=progress)
+        return grade_math_many(
+            [(it.get("response", ""), it["answer"]) for it in items],
+            workers=workers,
+            timeout_s=math_timeout_s,
+            progress=progress,
+        )
     if kind == "code":
         from .code_grader import grade_code_many
         from .sandbox import Sandbox
@@ -56,15 +67,25 @@ def grade_items(kind: str, items: list[dict], *, workers: int | None = None, san
     raise ValueError(f"unknown grader kind {kind!r}; allowed: math, code, pocket")
 
 
-def score_suite(suite: Suite, problems: list[dict], responses: dict[str, list[str]], protocol: Protocol, *,
-                workers: int | None = None, sandbox=None, progress: bool = False) -> tuple[dict, list[dict]]:
+def score_suite(
+    suite: Suite,
+    problems: list[dict],
+    responses: dict[str, list[str]],
+    protocol: Protocol,
+    *,
+    workers: int | None = None,
+    sandbox=None,
+    progress: bool = False,
+) -> tuple[dict, list[dict]]:
     """Grade ``responses[id] = [sample_0, ...]`` and return (contract §4 result, graded rows)."""
     rows = []
     for p in problems:
         samples = responses.get(p["id"])
         if samples is None or len(samples) != protocol.n_samples:
-            raise ValueError(f"suite {suite.name}: problem {p['id']} has {0 if samples is None else len(samples)} "
-                             f"samples, protocol says {protocol.n_samples}")
+            raise ValueError(
+                f"suite {suite.name}: problem {p['id']} has {0 if samples is None else len(samples)} "
+                f"samples, protocol says {protocol.n_samples}"
+            )
         for s, text in enumerate(samples):
             rows.append({**_grading_fields(p), "id": p["id"], "sample": s, "response": text})
     verdicts = grade_items(suite.kind, rows, workers=workers, sandbox=sandbox, progress=progress)
@@ -87,9 +108,16 @@ def score_suite(suite: Suite, problems: list[dict], responses: dict[str, list[st
     metrics = summarize(per_problem, k=protocol.n_samples)
     if protocol.n_samples == 1:
         metrics["greedy" if protocol.temperature == 0 else "avg@1"] = metrics["avg@1"]
-    result = SuiteResult(suite=suite.name, n_problems=len(problems), n_samples=protocol.n_samples,
-                         temperature=protocol.temperature, top_p=protocol.top_p, max_tokens=protocol.max_tokens,
-                         metrics=metrics, primary=protocol.primary).to_dict()
+    result = SuiteResult(
+        suite=suite.name,
+        n_problems=len(problems),
+        n_samples=protocol.n_samples,
+        temperature=protocol.temperature,
+        top_p=protocol.top_p,
+        max_tokens=protocol.max_tokens,
+        metrics=metrics,
+        primary=protocol.primary,
+    ).to_dict()
     return result, graded
 
 
@@ -98,11 +126,24 @@ def _grading_fields(problem: dict) -> dict:
     return {k: v for k, v in problem.items() if k not in skip}
 
 
-def evaluate(engine, suites: Sequence[Suite], out_dir: str | Path, *, n: int | None = None,
-             temperature: float | None = None, top_p: float | None = None, max_tokens: int | None = None,
-             data_dir: str | None = None, fixtures: bool = False, limit: int | None = None,
-             template: str | None = None, seed: int = 0, workers: int | None = None, sandbox=None,
-             progress: bool = True) -> dict:
+def evaluate(
+    engine,
+    suites: Sequence[Suite],
+    out_dir: str | Path,
+    *,
+    n: int | None = None,
+    temperature: float | None = None,
+    top_p: float | None = None,
+    max_tokens: int | None = None,
+    data_dir: str | None = None,
+    fixtures: bool = False,
+    limit: int | None = None,
+    template: str | None = None,
+    seed: int = 0,
+    workers: int | None = None,
+    sandbox=None,
+    progress: bool = True,
+) -> dict:
     """Run the whole pipeline for each suite; returns the ``results.json`` object."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -112,23 +153,34 @@ def evaluate(engine, suites: Sequence[Suite], out_dir: str | Path, *, n: int | N
     desc = engine.describe()
     for key in ("engine", "model"):
         if summary.get(key) not in (None, desc.get(key)):
-            raise ValueError(f"{results_path} holds results of {key} {summary[key]!r}, not {desc.get(key)!r}; "
-                             "use another --out directory")
+            raise ValueError(
+                f"{results_path} holds results of {key} {summary[key]!r}, not {desc.get(key)!r}; "
+                "use another --out directory"
+            )
     summary.update(desc)
     for suite in suites:
-        protocol = suite.protocol.with_overrides(n_samples=n, temperature=temperature, top_p=top_p,
-                                                 max_tokens=max_tokens)
+        protocol = suite.protocol.with_overrides(
+            n_samples=n, temperature=temperature, top_p=top_p, max_tokens=max_tokens
+        )
         problems = suite.load(data_dir=data_dir, fixtures=fixtures, limit=limit, template=template)
-        ident = {"suite": suite.name, **engine.describe(), "protocol": protocol.__dict__, "seed": seed,
-                 "template": template or suite.template, "problem_ids": [p["id"] for p in problems]}
+        ident = {
+            "suite": suite.name,
+            **engine.describe(),
+            "protocol": protocol.__dict__,
+            "seed": seed,
+            "template": template or suite.template,
+            "problem_ids": [p["id"] for p in problems],
+        }
         ident_path = out / f"{suite.name}.protocol.json"
         if ident_path.exists():  # same protocol required; the problem set may grow (--limit 10, then all)
             old = json.loads(ident_path.read_text())
             diff = sorted(k for k in set(old) | set(ident) if k != "problem_ids" and old.get(k) != ident.get(k))
             if diff:
-                raise ValueError(f"{out} already holds {suite.name} generations made with a different "
-                                 f"{', '.join(diff)}; use another --out directory (or delete "
-                                 f"{suite.name}.* there) instead of mixing protocols")
+                raise ValueError(
+                    f"{out} already holds {suite.name} generations made with a different "
+                    f"{', '.join(diff)}; use another --out directory (or delete "
+                    f"{suite.name}.* there) instead of mixing protocols"
+                )
             known = list(old.get("problem_ids", []))
             ident["problem_ids"] = known + [i for i in ident["problem_ids"] if i not in set(known)]
         atomic_write_json(ident_path, ident)
@@ -137,12 +189,18 @@ def evaluate(engine, suites: Sequence[Suite], out_dir: str | Path, *, n: int | N
         by_id = {p["id"]: p for p in problems}
         from .engines import Request
 
-        todo = [Request((p["id"], s), p["prompt_text"]) for p in problems for s in range(protocol.n_samples)
-                if (p["id"], s) not in done]
+        todo = [
+            Request((p["id"], s), p["prompt_text"])
+            for p in problems
+            for s in range(protocol.n_samples)
+            if (p["id"], s) not in done
+        ]
         t0 = time.time()
         if todo:
-            with open(gen_path, "a") as f, tqdm(total=len(todo), desc=f"{suite.name}: generating",
-                                                 disable=not progress) as bar:
+            with (
+                open(gen_path, "a") as f,
+                tqdm(total=len(todo), desc=f"{suite.name}: generating", disable=not progress) as bar,
+            ):
                 for req, text in engine.generate(todo, protocol, seed=seed):
                     pid, s = req.key
                     line = {"id": pid, "sample": s, "prompt": req.prompt, "response": text}
@@ -152,8 +210,9 @@ def evaluate(engine, suites: Sequence[Suite], out_dir: str | Path, *, n: int | N
                     bar.update(1)
         gen_time = time.time() - t0
         responses = {pid: [done[(pid, s)] for s in range(protocol.n_samples)] for pid in by_id}
-        result, graded = score_suite(suite, problems, responses, protocol, workers=workers, sandbox=sandbox,
-                                     progress=progress)
+        result, graded = score_suite(
+            suite, problems, responses, protocol, workers=workers, sandbox=sandbox, progress=progress
+        )
         result["generation_s"] = round(gen_time, 2)
         result["resumed_samples"] = len(problems) * protocol.n_samples - len(todo)
         write_jsonl(out / f"{suite.name}.graded.jsonl", graded)

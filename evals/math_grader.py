@@ -15,9 +15,9 @@ import multiprocessing as mp
 import os
 import re
 import time
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from multiprocessing.connection import wait as mp_wait
-from typing import Iterable, Sequence
 
 from tqdm.auto import tqdm
 
@@ -50,12 +50,12 @@ def extract_last_boxed(text: str) -> str | None:
             continue
         depth, j = 0, i
         while j < len(text):
-            if text[j] == "{" and text[j - 1:j] != "\\":
+            if text[j] == "{" and text[j - 1 : j] != "\\":
                 depth += 1
-            elif text[j] == "}" and text[j - 1:j] != "\\":
+            elif text[j] == "}" and text[j - 1 : j] != "\\":
                 depth -= 1
                 if depth == 0:
-                    return text[i + 1:j].strip()
+                    return text[i + 1 : j].strip()
             j += 1
     return None
 
@@ -112,8 +112,9 @@ def grade_math(response: str, gold: str, *, parse_timeout: int = 5) -> MathVerdi
         g = parse("\\boxed{" + gold_n + "}", [LatexExtractionConfig()], parsing_timeout=parse_timeout)
         if not g:  # gold that is not LaTeX (e.g. "x^2 + 1" plain text)
             g = parse(gold_n, [ExprExtractionConfig(), LatexExtractionConfig()], parsing_timeout=parse_timeout)
-        p = parse("\\boxed{" + pred_n + "}", [LatexExtractionConfig(), ExprExtractionConfig()],
-                  parsing_timeout=parse_timeout)
+        p = parse(
+            "\\boxed{" + pred_n + "}", [LatexExtractionConfig(), ExprExtractionConfig()], parsing_timeout=parse_timeout
+        )
         if not g or not p:
             return MathVerdict(False, pred, "parse_error")
         exact = _exact_numbers_equal(g[0], p[0])
@@ -209,7 +210,7 @@ class MathGraderPool:
         self.close()
 
     def close(self) -> None:
-        for p, conn in self._procs:
+        for _proc, conn in self._procs:
             try:
                 conn.send(None)
             except (OSError, BrokenPipeError):
@@ -258,8 +259,9 @@ class MathGraderPool:
                     try:
                         idx, verdict = c.recv()
                     except (EOFError, OSError):  # worker died (e.g. the OOM killer)
-                        finish(inflight[slot].popleft(), {"correct": False, "pred": None,
-                                                          "reason": "error: worker died"})
+                        finish(
+                            inflight[slot].popleft(), {"correct": False, "pred": None, "reason": "error: worker died"}
+                        )
                         todo.extend(reversed(inflight[slot]))
                         inflight[slot].clear()
                         self._replace(slot)
@@ -286,8 +288,12 @@ class MathGraderPool:
         self._procs[slot] = self._spawn()
 
 
-def grade_math_many(pairs: Iterable[tuple[str, str]], workers: int | None = None,
-                    timeout_s: float = DEFAULT_ITEM_TIMEOUT_S, progress: bool = False) -> list[dict]:
+def grade_math_many(
+    pairs: Iterable[tuple[str, str]],
+    workers: int | None = None,
+    timeout_s: float = DEFAULT_ITEM_TIMEOUT_S,
+    progress: bool = False,
+) -> list[dict]:
     """Convenience wrapper: grade pairs in a fresh pool."""
     pairs = list(pairs)
     if not pairs:
@@ -296,8 +302,9 @@ def grade_math_many(pairs: Iterable[tuple[str, str]], workers: int | None = None
         return pool.grade(pairs, progress=progress)
 
 
-def merge_equivalent_answers(per_problem: list[dict], workers: int | None = None,
-                             timeout_s: float = DEFAULT_ITEM_TIMEOUT_S) -> None:
+def merge_equivalent_answers(
+    per_problem: list[dict], workers: int | None = None, timeout_s: float = DEFAULT_ITEM_TIMEOUT_S
+) -> None:
     """Make ``answers`` keys equal for mathematically equivalent answers, in place (for maj@k).
 
     Each entry has ``answers`` (normalised answer strings or None) and ``correct`` (bools). Correct answers are

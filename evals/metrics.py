@@ -9,7 +9,7 @@ is an error instead of being silently dropped (HF ``code_eval``). Standard error
 from __future__ import annotations
 
 import math
-from typing import Callable, Hashable, Sequence
+from collections.abc import Callable, Hashable, Sequence
 
 
 def pass_at_k(n: int, c: int, k: int) -> float:
@@ -38,8 +38,9 @@ def mean_and_stderr(values: Sequence[float]) -> tuple[float, float]:
     return mean, math.sqrt(var / n)
 
 
-def majority_correct(answers: Sequence[Hashable | None], correct: Sequence[bool],
-                     same: Callable[[object, object], bool] | None = None) -> bool:
+def majority_correct(
+    answers: Sequence[Hashable | None], correct: Sequence[bool], same: Callable[[object, object], bool] | None = None
+) -> bool:
     """maj@k for one problem: is the largest answer-equivalence class a correct one?
 
     Samples without an extracted answer (None) do not vote. Classes are formed greedily with ``same`` (default
@@ -51,7 +52,7 @@ def majority_correct(answers: Sequence[Hashable | None], correct: Sequence[bool]
             continue
         for cls in classes:
             rep = answers[cls[0]]
-            if (same(rep, a) if same else rep == a):
+            if same(rep, a) if same else rep == a:
                 cls.append(i)
                 break
         else:

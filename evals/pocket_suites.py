@@ -32,10 +32,19 @@ def _loader(task_name: str, test_size: int = TEST_SIZE, options: dict | None = N
     def load(suite: Suite) -> list[dict]:
         task = make_task(task_name, test_size, options)
         test = task.test[:max_problems] if max_problems else task.test
-        return [{"id": f"{task_name}-{i}", "problem": p["prompt"], "prompt_text": p["prompt"],
-                 "answer": p["answer"], "pocket_task": task_name, "pocket_options": dict(options or {}),
-                 "pocket_test_size": test_size, "problem_data": p}
-                for i, p in enumerate(test)]
+        return [
+            {
+                "id": f"{task_name}-{i}",
+                "problem": p["prompt"],
+                "prompt_text": p["prompt"],
+                "answer": p["answer"],
+                "pocket_task": task_name,
+                "pocket_options": dict(options or {}),
+                "pocket_test_size": test_size,
+                "problem_data": p,
+            }
+            for i, p in enumerate(test)
+        ]
 
     return load
 
@@ -57,13 +66,24 @@ def register_model_suite(registry, model_dir) -> str | None:
         return None
     spec = json.loads(path.read_text())
     name, pr = spec["suite"], spec["protocol"]
-    protocol = Protocol(n_samples=int(pr["n_samples"]), temperature=float(pr["temperature"]),
-                        top_p=float(pr["top_p"]), max_tokens=int(pr["max_tokens"]))
-    suite = Suite(name, "pocket", "(generated)", "test", lambda r, i: r, template="raw", protocol=protocol,
-                  fields="prompt, answer", note=f"task {spec['task']!r} of run {spec.get('run_id')} "
-                                                f"(options {spec.get('options') or {}})",
-                  loader=_loader(spec["task"], int(spec["test_size"]), spec.get("options") or {},
-                                 spec.get("max_problems")))
+    protocol = Protocol(
+        n_samples=int(pr["n_samples"]),
+        temperature=float(pr["temperature"]),
+        top_p=float(pr["top_p"]),
+        max_tokens=int(pr["max_tokens"]),
+    )
+    suite = Suite(
+        name,
+        "pocket",
+        "(generated)",
+        "test",
+        lambda r, i: r,
+        template="raw",
+        protocol=protocol,
+        fields="prompt, answer",
+        note=f"task {spec['task']!r} of run {spec.get('run_id')} (options {spec.get('options') or {}})",
+        loader=_loader(spec["task"], int(spec["test_size"]), spec.get("options") or {}, spec.get("max_problems")),
+    )
     if name in registry:
         if registry.get(name).kind != "pocket":
             raise ValueError(f"{path}: suite name {name!r} is already a benchmark suite; rename the task file")
@@ -84,9 +104,21 @@ def register_all(registry) -> None:
         sname = f"pocket_{name}"
         if sname in registry:
             continue
-        registry.register(sname, Suite(sname, "pocket", "(generated)", "test", lambda r, i: r, template="raw",
-                                       protocol=GREEDY.with_overrides(max_tokens=32), fields="prompt, answer",
-                                       note=f"pocket task {name!r} test split", loader=_loader(name)))
+        registry.register(
+            sname,
+            Suite(
+                sname,
+                "pocket",
+                "(generated)",
+                "test",
+                lambda r, i: r,
+                template="raw",
+                protocol=GREEDY.with_overrides(max_tokens=32),
+                fields="prompt, answer",
+                note=f"pocket task {name!r} test split",
+                loader=_loader(name),
+            ),
+        )
 
 
 def grade_pocket(items: list[dict]) -> list[dict]:
@@ -102,6 +134,7 @@ def grade_pocket(items: list[dict]) -> list[dict]:
             cache[key] = make_task(name, it.get("pocket_test_size", TEST_SIZE), it.get("pocket_options"))
         task = cache[key]
         ok = bool(task.verify(it.get("response", ""), it["problem_data"]))
-        out.append({"correct": ok, "pred": it.get("response", "").strip()[:200],
-                    "reason": "correct" if ok else "wrong"})
+        out.append(
+            {"correct": ok, "pred": it.get("response", "").strip()[:200], "reason": "correct" if ok else "wrong"}
+        )
     return out

@@ -28,14 +28,16 @@ import tempfile
 import threading
 import time
 import weakref
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Sequence
 
 HERE = Path(__file__).resolve().parent
 LAUNCHER = HERE / "_sandbox_launcher.py"
 RUNNER = HERE / "_sandbox_runner.py"
+
+
 def _world_executable(path: str) -> bool:
     """True when every directory on the way and the file itself are usable by any user."""
     real = os.path.realpath(path)
@@ -62,8 +64,9 @@ DEFAULT_RO_PATHS = ("/usr", "/bin", "/lib", "/lib32", "/lib64", "/libx32", "/sbi
 UID_BASE = int(os.environ.get("HARNESS_SANDBOX_UID_BASE", "61000"))
 UID_BLOCK = 64  # uids per Sandbox instance (max workers)
 UID_BLOCKS = 64  # concurrent Sandbox instances per machine
-LOCK_DIR = "/run/harness-sandbox-uids" if os.path.isdir("/run") and os.access("/run", os.W_OK) else \
-    "/tmp/harness-sandbox-uids"
+LOCK_DIR = (
+    "/run/harness-sandbox-uids" if os.path.isdir("/run") and os.access("/run", os.W_OK) else "/tmp/harness-sandbox-uids"
+)
 SETUP_FAILED = 97
 
 
@@ -102,12 +105,20 @@ class SandboxSetupError(RuntimeError):
 class Sandbox:
     """Runs programs; ``run`` is thread-safe, ``run_many`` uses a thread pool of ``workers``."""
 
-    def __init__(self, python: str | None = None, limits: Limits | None = None, workers: int | None = None,
-                 ro_paths: Sequence[str] = (), strict: bool | None = None):
+    def __init__(
+        self,
+        python: str | None = None,
+        limits: Limits | None = None,
+        workers: int | None = None,
+        ro_paths: Sequence[str] = (),
+        strict: bool | None = None,
+    ):
         self.python = python or default_python()
         if not os.path.isfile(self.python):
-            raise FileNotFoundError(f"sandbox interpreter {self.python} does not exist; set --sandbox-python "
-                                    "or HARNESS_SANDBOX_PYTHON to a python3 readable by an unprivileged user")
+            raise FileNotFoundError(
+                f"sandbox interpreter {self.python} does not exist; set --sandbox-python "
+                "or HARNESS_SANDBOX_PYTHON to a python3 readable by an unprivileged user"
+            )
         self.limits = limits or Limits()
         self.workers = max(1, workers or os.cpu_count() or 1)
         self.is_root = os.geteuid() == 0
@@ -154,11 +165,19 @@ class Sandbox:
             out.append("filesystem isolation (programs can read/write what the user can, including /tmp)")
         user = str(iso.get("user", ""))
         if user == "user-namespace":
-            out.append("separate uid (programs run as the grading user, confined to their user/PID/mount "
-                       "namespaces; rlimits apply)")
+            out.append(
+                "separate uid (programs run as the grading user, confined to their user/PID/mount "
+                "namespaces; rlimits apply)"
+            )
         elif not user.startswith("uid"):
-            out.append("unprivileged uid" + (" (running as root: limits are not enforced)" if self.is_root else
-                                             " (programs run as the grading user)"))
+            out.append(
+                "unprivileged uid"
+                + (
+                    " (running as root: limits are not enforced)"
+                    if self.is_root
+                    else " (programs run as the grading user)"
+                )
+            )
         return out
 
     def describe(self) -> str:
@@ -174,8 +193,9 @@ class Sandbox:
         finally:
             self._slots.put(slot)
 
-    def run_many(self, items: Sequence[tuple[dict, dict]], progress: bool = False, desc: str = "sandbox") \
-            -> list[ExecResult]:
+    def run_many(
+        self, items: Sequence[tuple[dict, dict]], progress: bool = False, desc: str = "sandbox"
+    ) -> list[ExecResult]:
         with ThreadPoolExecutor(self.workers) as ex:
             futs = [ex.submit(self.run, f, j) for f, j in items]
             if progress:
@@ -243,20 +263,42 @@ class Sandbox:
         nonce = secrets.token_hex(16)
         r_fd, w_fd = os.pipe()
         cfg = {
-            "root_mount": str(self._base / "root"), "workdir": str(work), "uid": uid, "gid": uid,
-            "limits": {"memory_mb": lim.memory_mb, "fsize_mb": lim.fsize_mb, "nofile": lim.nofile,
-                       "cpu_s": int(lim.cpu_s), "nproc": lim.nproc},
-            "tmpfs_mb": lim.tmpfs_mb, "ro_paths": self.ro_paths, "result_fd": w_fd,
+            "root_mount": str(self._base / "root"),
+            "workdir": str(work),
+            "uid": uid,
+            "gid": uid,
+            "limits": {
+                "memory_mb": lim.memory_mb,
+                "fsize_mb": lim.fsize_mb,
+                "nofile": lim.nofile,
+                "cpu_s": int(lim.cpu_s),
+                "nproc": lim.nproc,
+            },
+            "tmpfs_mb": lim.tmpfs_mb,
+            "ro_paths": self.ro_paths,
+            "result_fd": w_fd,
             "require": ["network", "pid", "filesystem", "user"] if self.strict else [],
             "argv": [self.python, "-I", ".runner.py"],
-            "env": {"PATH": "/usr/local/bin:/usr/bin:/bin", "LANG": "C.UTF-8", "HOME": "/sandbox",
-                    "TMPDIR": "/tmp", "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1"},
+            "env": {
+                "PATH": "/usr/local/bin:/usr/bin:/bin",
+                "LANG": "C.UTF-8",
+                "HOME": "/sandbox",
+                "TMPDIR": "/tmp",
+                "OMP_NUM_THREADS": "1",
+                "OPENBLAS_NUM_THREADS": "1",
+            },
         }
         t0 = time.monotonic()
         proc = subprocess.Popen(
-            [sys.executable, "-I", "-S", str(LAUNCHER), json.dumps(cfg)], stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, pass_fds=(w_fd,), start_new_session=True,
-            cwd="/", env={"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8"})
+            [sys.executable, "-I", "-S", str(LAUNCHER), json.dumps(cfg)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            pass_fds=(w_fd,),
+            start_new_session=True,
+            cwd="/",
+            env={"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8"},
+        )
         os.close(w_fd)
         payload = (json.dumps({**job, "nonce": nonce}) + "\n").encode()
         writer = threading.Thread(target=_write_all, args=(proc.stdin, payload), daemon=True)
@@ -288,8 +330,11 @@ class Sandbox:
             res.status, res.detail = "timeout", f"CPU limit {lim.cpu_s}s"
         elif report is None:
             res.status = "failed"
-            res.detail = ("exited before the tests finished (no report)" if rc == 0 else
-                          f"crashed with exit status {rc}: " + _last_line(stderr))
+            res.detail = (
+                "exited before the tests finished (no report)"
+                if rc == 0
+                else f"crashed with exit status {rc}: " + _last_line(stderr)
+            )
         else:
             res.status, res.detail = "completed", ""
         return res
@@ -356,14 +401,14 @@ def _parse_results(text: str, nonce: str) -> tuple[dict, dict | None]:
     lines = text.splitlines()
     if lines and lines[0].startswith("ISOLATION "):  # written by the launcher before untrusted code ran
         try:
-            isolation = json.loads(lines[0][len("ISOLATION "):])
+            isolation = json.loads(lines[0][len("ISOLATION ") :])
         except ValueError:
             pass
         lines = lines[1:]
     for line in lines:
         if line.startswith(nonce + " "):
             try:
-                report = json.loads(line[len(nonce) + 1:])
+                report = json.loads(line[len(nonce) + 1 :])
             except ValueError:
                 report = None
     return isolation, report
@@ -441,5 +486,3 @@ def _force_rmtree(path: Path) -> None:
 def _last_line(text: str) -> str:
     lines = [ln for ln in text.strip().splitlines() if ln.strip()]
     return lines[-1][:300] if lines else ""
-
-

@@ -19,16 +19,16 @@ import io
 import json
 import pickle
 import zlib
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Callable
 
 from harness.registry import Registry
 
 from .math_grader import extract_last_boxed
 
 FIXTURE_DIR = Path(__file__).resolve().parent / "data" / "fixtures"
-SUITES: Registry["Suite"] = Registry("suite")
+SUITES: Registry[Suite] = Registry("suite")
 
 BOXED_INSTRUCTION = "Please reason step by step, and put your final answer within \\boxed{}."
 TEMPLATES = {
@@ -39,14 +39,18 @@ TEMPLATES = {
     # raw question (base models / few-shot elsewhere)
     "raw": "{problem}",
     # code, chat models: the function signature to complete
-    "code_function": ("Complete the following Python function. Return the complete function (with its imports) "
-                      "in one ```python code block.\n\n```python\n{problem}```"),
+    "code_function": (
+        "Complete the following Python function. Return the complete function (with its imports) "
+        "in one ```python code block.\n\n```python\n{problem}```"
+    ),
     # code, base models: plain completion of the prompt
     "code_completion": "{problem}",
     # code, from a natural-language task (MBPP, KodCode, LiveCodeBench)
     "code_task": ("{problem}\n\nWrite a Python solution. Return the code in one ```python code block."),
-    "code_stdio": ("{problem}\n\nWrite a Python program that reads the input from standard input and writes the "
-                   "answer to standard output. Return the code in one ```python code block."),
+    "code_stdio": (
+        "{problem}\n\nWrite a Python program that reads the input from standard input and writes the "
+        "answer to standard output. Return the code in one ```python code block."
+    ),
 }
 
 
@@ -57,7 +61,7 @@ class Protocol:
     top_p: float = 1.0
     max_tokens: int = 8192
 
-    def with_overrides(self, **kw) -> "Protocol":
+    def with_overrides(self, **kw) -> Protocol:
         kw = {k: v for k, v in kw.items() if v is not None}
         p = replace(self, **kw)
         if p.n_samples < 1:
@@ -65,8 +69,7 @@ class Protocol:
         if p.temperature < 0 or not 0 < p.top_p <= 1:
             raise ValueError(f"need temperature >= 0 and 0 < top_p <= 1, got {p.temperature}, {p.top_p}")
         if p.n_samples > 1 and p.temperature == 0:
-            raise ValueError(f"{p.n_samples} samples at temperature 0 are identical; set --temperature > 0 "
-                             "or --n 1")
+            raise ValueError(f"{p.n_samples} samples at temperature 0 are identical; set --temperature > 0 or --n 1")
         if p.max_tokens < 1:
             raise ValueError(f"max_tokens must be >= 1, got {p.max_tokens}")
         return p
@@ -92,7 +95,7 @@ class Suite:
     protocol: Protocol = GREEDY
     fields: str = ""  # the fields a local file needs (for error messages)
     note: str = ""
-    loader: Callable[["Suite"], list[dict]] | None = None  # custom (e.g. pocket tasks)
+    loader: Callable[[Suite], list[dict]] | None = None  # custom (e.g. pocket tasks)
 
     def format_prompt(self, row: dict, template: str | None = None) -> str:
         tpl = TEMPLATES.get(template or self.template)
@@ -100,8 +103,14 @@ class Suite:
             raise ValueError(f"unknown prompt template {template!r}; known: {', '.join(sorted(TEMPLATES))}")
         return tpl.replace("{problem}", str(row["problem"]))
 
-    def load(self, data_dir: str | Path | None = None, data_file: str | Path | None = None,
-             fixtures: bool = False, limit: int | None = None, template: str | None = None) -> list[dict]:
+    def load(
+        self,
+        data_dir: str | Path | None = None,
+        data_file: str | Path | None = None,
+        fixtures: bool = False,
+        limit: int | None = None,
+        template: str | None = None,
+    ) -> list[dict]:
         """Problems as dicts with ``id``, ``prompt_text`` and grading fields."""
         if self.loader is not None and not (data_dir or data_file or fixtures):
             rows = self.loader(self)
@@ -112,8 +121,10 @@ class Suite:
                 try:
                     rows.append(self.convert(r, i))
                 except (KeyError, ValueError, TypeError) as e:
-                    raise ValueError(f"suite {self.name}: row {i} does not have the expected fields "
-                                     f"({self.fields}): {type(e).__name__}: {e}") from None
+                    raise ValueError(
+                        f"suite {self.name}: row {i} does not have the expected fields "
+                        f"({self.fields}): {type(e).__name__}: {e}"
+                    ) from None
         if limit is not None:
             rows = rows[:limit]
         for r in rows:
@@ -145,7 +156,8 @@ class Suite:
             raise FileNotFoundError(
                 f"could not load the dataset {self.hf_id}{cfg} split {self.split!r} for suite {self.name}: "
                 f"{type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''}. Offline? Put the data in "
-                f"DIR/{self.name}.jsonl (fields: {self.fields}) and pass --data-dir DIR") from None
+                f"DIR/{self.name}.jsonl (fields: {self.fields}) and pass --data-dir DIR"
+            ) from None
 
 
 def find_local(directory: Path, name: str) -> Path:
@@ -153,8 +165,10 @@ def find_local(directory: Path, name: str) -> Path:
         p = directory / f"{name}{ext}"
         if p.exists():
             return p
-    raise FileNotFoundError(f"no data file for suite {name} in {directory}: expected {name}.jsonl, "
-                            f"{name}.jsonl.gz, {name}.json or {name}.parquet")
+    raise FileNotFoundError(
+        f"no data file for suite {name} in {directory}: expected {name}.jsonl, "
+        f"{name}.jsonl.gz, {name}.json or {name}.parquet"
+    )
 
 
 def read_rows(path: Path) -> list[dict]:
@@ -207,8 +221,7 @@ def math_row(problem_fields=("problem", "question"), answer_fields=("answer",), 
             ans = ", ".join(str(a).strip().strip("$").strip() for a in ans)
         if isinstance(ans, float) and ans.is_integer():
             ans = int(ans)
-        return {"id": _get(row, *id_fields, default=i), "problem": str(_get(row, *problem_fields)),
-                "answer": str(ans)}
+        return {"id": _get(row, *id_fields, default=i), "problem": str(_get(row, *problem_fields)), "answer": str(ans)}
 
     return convert
 
@@ -222,8 +235,14 @@ def olympiad_row(row: dict, i: int) -> dict:
 
 
 def humaneval_row(row: dict, i: int) -> dict:
-    return {"id": _get(row, "task_id", "id", default=i), "problem": row["prompt"], "prompt": row["prompt"],
-            "test": row["test"], "entry_point": row["entry_point"], "format": "humaneval"}
+    return {
+        "id": _get(row, "task_id", "id", default=i),
+        "problem": row["prompt"],
+        "prompt": row["prompt"],
+        "test": row["test"],
+        "entry_point": row["entry_point"],
+        "format": "humaneval",
+    }
 
 
 def mbpp_row(row: dict, i: int) -> dict:
@@ -236,9 +255,16 @@ def mbpp_row(row: dict, i: int) -> dict:
         m = re.search(r"assert\s+(?:math\.isclose\()?\s*(?:set\()?\s*([A-Za-z_]\w*)\s*\(", tests[0])
         ep = m.group(1) if m else None
     problem = text + ("\nYour code should pass these tests:\n" + "\n".join(tests) if tests else "")
-    return {"id": _get(row, "task_id", "id", default=i), "problem": problem, "test_list": list(tests),
-            "test_imports": list(row.get("test_imports") or []), "test_setup_code": row.get("test_setup_code", ""),
-            "test": row.get("test") or "", "entry_point": ep, "format": "mbpp"}
+    return {
+        "id": _get(row, "task_id", "id", default=i),
+        "problem": problem,
+        "test_list": list(tests),
+        "test_imports": list(row.get("test_imports") or []),
+        "test_setup_code": row.get("test_setup_code", ""),
+        "test": row.get("test") or "",
+        "entry_point": ep,
+        "format": "mbpp",
+    }
 
 
 def _decode_lcb_tests(value) -> list:
@@ -260,7 +286,8 @@ class _SafeUnpickler(pickle.Unpickler):
 
 def lcb_row(row: dict, i: int) -> dict:
     tests = _decode_lcb_tests(row.get("public_test_cases", "[]")) + _decode_lcb_tests(
-        row.get("private_test_cases", "[]") or "[]")
+        row.get("private_test_cases", "[]") or "[]"
+    )
     if "tests" in row:
         tests = _decode_lcb_tests(row["tests"])
     meta = row.get("metadata") or {}
@@ -270,14 +297,23 @@ def lcb_row(row: dict, i: int) -> dict:
     if starter:
         problem += f"\n\nUse this starter code:\n```python\n{starter}\n```"
     functional = bool(tests) and tests[0].get("testtype") == "functional"
-    return {"id": _get(row, "question_id", "id", default=i), "problem": problem, "tests": tests,
-            "fn_name": meta.get("func_name") or row.get("fn_name"), "format": "lcb",
-            "template": "code_task" if functional else "code_stdio"}
+    return {
+        "id": _get(row, "question_id", "id", default=i),
+        "problem": problem,
+        "tests": tests,
+        "fn_name": meta.get("func_name") or row.get("fn_name"),
+        "format": "lcb",
+        "template": "code_task" if functional else "code_stdio",
+    }
 
 
 def kodcode_row(row: dict, i: int) -> dict:
-    return {"id": _get(row, "question_id", "conversation_id", "id", default=i),
-            "problem": _get(row, "question", "problem"), "test": row["test"], "format": "kodcode"}
+    return {
+        "id": _get(row, "question_id", "conversation_id", "id", default=i),
+        "problem": _get(row, "question", "problem"),
+        "test": row["test"],
+        "format": "kodcode",
+    }
 
 
 def _register(suite: Suite) -> Suite:
@@ -286,32 +322,137 @@ def _register(suite: Suite) -> Suite:
 
 
 MATH_FIELDS = "id, problem (or question), answer"
-_register(Suite("aime24", "math", "Maxwell-Jia/AIME_2024", "train", math_row(), protocol=SAMPLED,
-                fields=MATH_FIELDS, note="AIME 2024 I+II, 30 problems"))
-_register(Suite("aime25", "math", "math-ai/aime25", "test", math_row(), protocol=SAMPLED, fields=MATH_FIELDS,
-                note="AIME 2025 I+II, 30 problems"))
-_register(Suite("amc23", "math", "math-ai/amc23", "test", math_row(), protocol=SAMPLED, fields=MATH_FIELDS,
-                note="AMC 2023, 40 problems (answers stored as floats upstream)"))
-_register(Suite("math500", "math", "HuggingFaceH4/MATH-500", "test", math_row(), fields=MATH_FIELDS,
-                note="MATH-500 (PRM800K split)"))
-_register(Suite("minerva", "math", "math-ai/minervamath", "test", math_row(), fields=MATH_FIELDS + " (or a "
-                "solution with \\boxed{})", note="Minerva-Math (MIT OCW), 272 problems; NOT lm-eval's minerva_math"))
-_register(Suite("olympiadbench", "math", "Hothan/OlympiadBench", "train", olympiad_row,
-                hf_config="OE_TO_maths_en_COMP", fields="id, question, final_answer (list), context",
-                note="OlympiadBench OE_TO maths en COMP, 675 problems"))
-_register(Suite("omnimath", "math", "KbsdJames/Omni-MATH", "test", math_row(), fields=MATH_FIELDS,
-                note="Omni-MATH (4428); its rule-gradable subset is KbsdJames/omni-math-rule"))
-_register(Suite("humaneval_plus", "code", "evalplus/humanevalplus", "test", humaneval_row,
-                template="code_function", fields="task_id, prompt, test, entry_point",
-                note="HumanEval+ (tests use numpy: the sandbox python needs it for the full set)"))
-_register(Suite("mbpp_plus", "code", "evalplus/mbppplus", "test", mbpp_row, template="code_task",
-                fields="task_id, prompt, test_list, test_imports, test", note="MBPP+"))
-_register(Suite("livecodebench", "code", "livecodebench/code_generation_lite", "test", lcb_row,
-                hf_config="release_v5", template="code_stdio",
-                fields="question_id, question_content, starter_code, public_test_cases, private_test_cases, "
-                       "metadata (or tests, fn_name)", note="LiveCodeBench code generation (lite)"))
-_register(Suite("kodcode", "code", "KodCode/KodCode-V1", "train", kodcode_row, template="code_task",
-                fields="question_id, question, test (pytest file importing solution)", note="KodCode (pytest style)"))
+_register(
+    Suite(
+        "aime24",
+        "math",
+        "Maxwell-Jia/AIME_2024",
+        "train",
+        math_row(),
+        protocol=SAMPLED,
+        fields=MATH_FIELDS,
+        note="AIME 2024 I+II, 30 problems",
+    )
+)
+_register(
+    Suite(
+        "aime25",
+        "math",
+        "math-ai/aime25",
+        "test",
+        math_row(),
+        protocol=SAMPLED,
+        fields=MATH_FIELDS,
+        note="AIME 2025 I+II, 30 problems",
+    )
+)
+_register(
+    Suite(
+        "amc23",
+        "math",
+        "math-ai/amc23",
+        "test",
+        math_row(),
+        protocol=SAMPLED,
+        fields=MATH_FIELDS,
+        note="AMC 2023, 40 problems (answers stored as floats upstream)",
+    )
+)
+_register(
+    Suite(
+        "math500",
+        "math",
+        "HuggingFaceH4/MATH-500",
+        "test",
+        math_row(),
+        fields=MATH_FIELDS,
+        note="MATH-500 (PRM800K split)",
+    )
+)
+_register(
+    Suite(
+        "minerva",
+        "math",
+        "math-ai/minervamath",
+        "test",
+        math_row(),
+        fields=MATH_FIELDS + " (or a solution with \\boxed{})",
+        note="Minerva-Math (MIT OCW), 272 problems; NOT lm-eval's minerva_math",
+    )
+)
+_register(
+    Suite(
+        "olympiadbench",
+        "math",
+        "Hothan/OlympiadBench",
+        "train",
+        olympiad_row,
+        hf_config="OE_TO_maths_en_COMP",
+        fields="id, question, final_answer (list), context",
+        note="OlympiadBench OE_TO maths en COMP, 675 problems",
+    )
+)
+_register(
+    Suite(
+        "omnimath",
+        "math",
+        "KbsdJames/Omni-MATH",
+        "test",
+        math_row(),
+        fields=MATH_FIELDS,
+        note="Omni-MATH (4428); its rule-gradable subset is KbsdJames/omni-math-rule",
+    )
+)
+_register(
+    Suite(
+        "humaneval_plus",
+        "code",
+        "evalplus/humanevalplus",
+        "test",
+        humaneval_row,
+        template="code_function",
+        fields="task_id, prompt, test, entry_point",
+        note="HumanEval+ (tests use numpy: the sandbox python needs it for the full set)",
+    )
+)
+_register(
+    Suite(
+        "mbpp_plus",
+        "code",
+        "evalplus/mbppplus",
+        "test",
+        mbpp_row,
+        template="code_task",
+        fields="task_id, prompt, test_list, test_imports, test",
+        note="MBPP+",
+    )
+)
+_register(
+    Suite(
+        "livecodebench",
+        "code",
+        "livecodebench/code_generation_lite",
+        "test",
+        lcb_row,
+        hf_config="release_v5",
+        template="code_stdio",
+        fields="question_id, question_content, starter_code, public_test_cases, private_test_cases, "
+        "metadata (or tests, fn_name)",
+        note="LiveCodeBench code generation (lite)",
+    )
+)
+_register(
+    Suite(
+        "kodcode",
+        "code",
+        "KodCode/KodCode-V1",
+        "train",
+        kodcode_row,
+        template="code_task",
+        fields="question_id, question, test (pytest file importing solution)",
+        note="KodCode (pytest style)",
+    )
+)
 
 
 def get_suite(name: str) -> Suite:

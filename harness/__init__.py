@@ -28,7 +28,18 @@ from harness.method import (
 from harness.ops import entropy_from_logits
 
 __all__ = [
-    "ADVANTAGES", "METHODS", "HyperparameterError", "LossOutput", "Method", "TokenLoss", "entropy_from_logits",
-    "get_method", "hparam", "list_advantages", "list_methods", "ppo_clip_token_loss", "register_advantage",
+    "ADVANTAGES",
+    "METHODS",
+    "HyperparameterError",
+    "LossOutput",
+    "Method",
+    "TokenLoss",
+    "entropy_from_logits",
+    "get_method",
+    "hparam",
+    "list_advantages",
+    "list_methods",
+    "ppo_clip_token_loss",
+    "register_advantage",
     "register_method",
 ]

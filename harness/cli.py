@@ -20,9 +20,11 @@ COMMAND_MODULES = [
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="harness", description="Entropy-control methods for RL of reasoning LMs: train, sweep, evaluate, "
-                                    "tabulate, fit the entropy law, test the theory.",
-        epilog="`harness COMMAND --help` for one command; README.md for the whole picture.")
+        prog="harness",
+        description="Entropy-control methods for RL of reasoning LMs: train, sweep, evaluate, "
+        "tabulate, fit the entropy law, test the theory.",
+        epilog="`harness COMMAND --help` for one command; README.md for the whole picture.",
+    )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name in COMMAND_MODULES:
         importlib.import_module(name).register(sub)

@@ -36,12 +36,16 @@ KNOWN_BACKENDS = ("pocket", "openrlhf")  # built in; harness.backends.BACKENDS i
 # ---------------------------------------------------------------------------------------------- sections
 @dataclass
 class ModelConfig:
-    name: str = _opt("pocket-0.3m", kind=str,
-                     help="pocket size (pocket-0.1m, pocket-0.3m, pocket-1m, pocket-4m), HF id or local HF dir")
+    name: str = _opt(
+        "pocket-0.3m",
+        kind=str,
+        help="pocket size (pocket-0.1m, pocket-0.3m, pocket-1m, pocket-4m), HF id or local HF dir",
+    )
     warm_start: Any = _opt({}, kind=dict, help="pocket warm start (harness.backends.pocket.options.WarmStartOptions)")
     dtype: str = _opt("float32", kind=str, choices=("float32", "bfloat16", "float16"))
-    cache_dir: str | None = _opt(None, kind="str?", measures=False,
-                                 help="warm-start cache (default: $HARNESS_CACHE or ~/.cache/entropy-harness)")
+    cache_dir: str | None = _opt(
+        None, kind="str?", measures=False, help="warm-start cache (default: $HARNESS_CACHE or ~/.cache/entropy-harness)"
+    )
 
 
 @dataclass
@@ -65,8 +69,9 @@ class TrainConfig:
     max_new_tokens: int = _opt(8, kind=int, min=1)
     dynamic_filtering: bool = _opt(False, kind=bool, help="DAPO: drop groups whose rewards are all equal")
     max_gen_batches: int = _opt(3, kind=int, min=1, help="rollout batches tried to fill a filtered step")
-    checkpoint_every: int = _opt(10, kind=int, min=0, measures=False,
-                                 help="steps between checkpoints; 0 = only at the end")
+    checkpoint_every: int = _opt(
+        10, kind=int, min=0, measures=False, help="steps between checkpoints; 0 = only at the end"
+    )
     threads: int = _opt(1, kind=int, min=1, measures=False, help="torch CPU threads (fixed for reproducibility)")
     device: str = _opt("cpu", kind=str, measures=False, help="torch device (cpu, cuda, cuda:0, auto)")
 
@@ -102,8 +107,9 @@ class RunConfig:
     train: TrainConfig = field(default_factory=TrainConfig)
     eval: EvalConfig = field(default_factory=EvalConfig)
     logging: LoggingConfig = field(default_factory=LoggingConfig)
-    openrlhf: dict = _opt({}, kind=dict, help="OpenRLHF-backend section (harness.backends.openrlhf.options; pocket "
-                                             "ignores it)")
+    openrlhf: dict = _opt(
+        {}, kind=dict, help="OpenRLHF-backend section (harness.backends.openrlhf.options; pocket ignores it)"
+    )
 
     # -- helpers ---------------------------------------------------------------------------------
     def to_dict(self) -> dict:
@@ -226,12 +232,14 @@ def apply_overrides(data: dict, overrides) -> dict:
 def read_config_file(path: str | os.PathLike) -> dict:
     from harness.io import read_yaml_mapping
 
-    return read_yaml_mapping(path, ConfigError, "a run config",
-                             "sections backend, seed, method, model, task, train, eval, logging")
+    return read_yaml_mapping(
+        path, ConfigError, "a run config", "sections backend, seed, method, model, task, train, eval, logging"
+    )
 
 
-def load_config(source: str | os.PathLike | Mapping | RunConfig, overrides=None,
-                check_method: bool = True) -> RunConfig:
+def load_config(
+    source: str | os.PathLike | Mapping | RunConfig, overrides=None, check_method: bool = True
+) -> RunConfig:
     """Validate a run config (dict, YAML path or RunConfig) with ``key=value`` overrides; raise ConfigError.
 
     The chosen backend validates (and types) its own sections here, for every backend alike;
@@ -264,8 +272,10 @@ def _check_can_update(cfg: RunConfig) -> None:
     if spp > 1:
         return
     if cfg.train.dynamic_filtering:
-        raise ConfigError(f"train.samples_per_prompt: {spp} with train.dynamic_filtering: true filters every group "
-                          f"(one response always has equal rewards), so no step can update; use >= 2")
+        raise ConfigError(
+            f"train.samples_per_prompt: {spp} with train.dynamic_filtering: true filters every group "
+            f"(one response always has equal rewards), so no step can update; use >= 2"
+        )
     import torch
 
     from harness.method import ADVANTAGES, get_method
@@ -280,8 +290,10 @@ def _check_can_update(cfg: RunConfig) -> None:
     except Exception:  # noqa: BLE001 - an estimator that cannot be probed this way is left to min_group_size
         return
     if bool((adv == 0).all()):
-        raise ConfigError(f"train.samples_per_prompt: {spp}; the {m.advantage} advantage estimator gives a group of "
-                          f"one response a zero advantage (a group baseline), so no step can update; use >= 2")
+        raise ConfigError(
+            f"train.samples_per_prompt: {spp}; the {m.advantage} advantage estimator gives a group of "
+            f"one response a zero advantage (a group baseline), so no step can update; use >= 2"
+        )
 
 
 def _backend(cfg: RunConfig):
@@ -295,14 +307,19 @@ def _check_logging_and_device(cfg: RunConfig) -> None:
     import re
 
     if cfg.logging.tensorboard and importlib.util.find_spec("tensorboard") is None:
-        raise ConfigError("logging.tensorboard: true needs the tensorboard package (pip install tensorboard, or the "
-                          "project's 'log' extra); set it to false to run without")
+        raise ConfigError(
+            "logging.tensorboard: true needs the tensorboard package (pip install tensorboard, or the "
+            "project's 'log' extra); set it to false to run without"
+        )
     if cfg.logging.wandb and cfg.logging.wandb_mode != "disabled" and importlib.util.find_spec("wandb") is None:
-        raise ConfigError("logging.wandb: true needs the wandb package (pip install wandb; wandb_mode: offline needs "
-                          "no network or account); set it to false to run without")
+        raise ConfigError(
+            "logging.wandb: true needs the wandb package (pip install wandb; wandb_mode: offline needs "
+            "no network or account); set it to false to run without"
+        )
     if not re.fullmatch(r"cpu|auto|mps|cuda(:\d+)?", cfg.train.device):
-        raise ConfigError(f"train.device: {cfg.train.device!r} is not allowed. "
-                          f"Allowed: cpu, cuda, cuda:<index>, mps, auto")
+        raise ConfigError(
+            f"train.device: {cfg.train.device!r} is not allowed. Allowed: cpu, cuda, cuda:<index>, mps, auto"
+        )
 
 
 def _check_method_section(cfg: RunConfig, check_method: bool) -> None:

@@ -18,8 +18,9 @@ from harness.selection import SCOPES, covariance_means, distributed_active
 
 @dataclass
 class CovarianceMethod(Method):
-    scope: str = hparam("micro_batch", "selection population: micro_batch (official) or global (mini-batch, all ranks)",
-                        choices=SCOPES)
+    scope: str = hparam(
+        "micro_batch", "selection population: micro_batch (official) or global (mini-batch, all ranks)", choices=SCOPES
+    )
 
     def covariance(self, log_probs, advantages, mask) -> tuple[torch.Tensor, int, bool]:
         """(B,T) token covariance (0 on padding), population size N, and whether collectives are used."""
@@ -38,9 +39,9 @@ class CovarianceMethod(Method):
     def selection_plan(self, log_probs, old_log_probs, advantages, mask, *, entropy=None, generator=None):
         """The rule over a whole mini-batch (``scope="global"``: across ranks too), for the backends to slice."""
         with torch.no_grad():
-            return self.selection_rule(log_probs.detach(), old_log_probs.detach(), advantages.detach(), mask,
-                                       generator)
+            return self.selection_rule(log_probs.detach(), old_log_probs.detach(), advantages.detach(), mask, generator)
 
-    def per_token_loss(self, log_probs, old_log_probs, advantages, mask, *, step=0, generator=None,
-                       selected=None, **_) -> TokenLoss:
+    def per_token_loss(
+        self, log_probs, old_log_probs, advantages, mask, *, step=0, generator=None, selected=None, **_
+    ) -> TokenLoss:
         raise NotImplementedError

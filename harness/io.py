@@ -87,8 +87,9 @@ def file_mode(executable: bool = False) -> int:
     return (0o777 if executable else 0o666) & ~current_umask()
 
 
-def atomic_write(path: str | os.PathLike, write: Callable[[Any], None], mode: str = "w",
-                 executable: bool = False) -> Path:
+def atomic_write(
+    path: str | os.PathLike, write: Callable[[Any], None], mode: str = "w", executable: bool = False
+) -> Path:
     """Write through ``write(fileobj)`` into a temp file next to ``path``, fsync, then ``os.replace``; the file
     gets the umask's mode (``executable``: with the execute bits)."""
     path = Path(path)

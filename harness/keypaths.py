@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import copy
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 MISSING = object()
 
@@ -33,7 +34,7 @@ def set_path(data: dict, path: str, value: Any) -> None:
         if nxt is None:
             nxt = node[key] = {}
         if not isinstance(nxt, dict):
-            raise ValueError(f"{'.'.join(keys[:i + 1])} is {nxt!r}, not a mapping, so {path!r} cannot be set")
+            raise ValueError(f"{'.'.join(keys[: i + 1])} is {nxt!r}, not a mapping, so {path!r} cannot be set")
         node = nxt
     node[keys[-1]] = copy.deepcopy(value)
 
@@ -46,7 +47,8 @@ def value_matches(actual: Any, pattern: Any) -> bool:
     """A mapping pattern matches when each of its keys matches (a subset); anything else must be equal."""
     if isinstance(pattern, Mapping):
         return isinstance(actual, Mapping) and all(
-            k in actual and value_matches(actual[k], v) for k, v in pattern.items())
+            k in actual and value_matches(actual[k], v) for k, v in pattern.items()
+        )
     if isinstance(pattern, float) or isinstance(actual, float):
         try:
             return float(actual) == float(pattern)  # 1e-3 in YAML may arrive as a string or a float

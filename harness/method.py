@@ -22,8 +22,9 @@ loss can be combined with any estimator: ``get_method("kl_cov", advantage="rloo"
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable, ClassVar
+from typing import Any, ClassVar
 
 import torch
 
@@ -31,8 +32,8 @@ from harness import ops
 from harness.registry import Registry, suggestion
 from harness.validation import check_group_ids, check_mask, check_sample_tensor, check_token_tensor, valid_tokens
 
-METHODS: Registry[type["Method"]] = Registry("method", autoload=["baselines", "methods"])
-ADVANTAGES: Registry["AdvantageEstimator"] = Registry("advantage estimator", autoload=["baselines", "methods"])
+METHODS: Registry[type[Method]] = Registry("method", autoload=["baselines", "methods"])
+ADVANTAGES: Registry[AdvantageEstimator] = Registry("advantage estimator", autoload=["baselines", "methods"])
 
 
 class HyperparameterError(ValueError):
@@ -48,8 +49,9 @@ class LossOutput:
 @dataclass
 class TokenLoss:
     """What ``per_token_loss`` returns: the (B,T) loss and which tokens were PPO-clipped / selected."""
+
     loss: torch.Tensor
-    clipped: torch.Tensor | None = None   # (B,T) bool, tokens where the clipped branch is active
+    clipped: torch.Tensor | None = None  # (B,T) bool, tokens where the clipped branch is active
     selected: torch.Tensor | None = None  # (B,T) bool, tokens a covariance method acted on
     metrics: dict[str, float] = field(default_factory=dict)
     log_ratio: torch.Tensor | None = None  # (B,T) log pi - log pi_old as computed (unclamped), reused by diagnostics
@@ -78,6 +80,7 @@ class AuxiliaryModel:
     after reading its log-probs. The two log-probs are the estimator extras named by ``provides``
     (trainable, reference). The update's loss is logged as ``<name>/loss``.
     """
+
     name: str
     provides: tuple[str, str]
     loss: Callable[..., torch.Tensor]
@@ -90,41 +93,57 @@ class AuxiliaryModel:
 @dataclass
 class AdvantageEstimator:
     """A registered advantage estimator: ``fn(scores, group, n_groups, mask, options, **extras) -> (B,T)``."""
+
     name: str
     fn: Callable[..., torch.Tensor]
-    options: dict[str, Any]          # option name -> default
-    extras: tuple[str, ...] = ()     # required keyword tensors: ROLLOUT_EXTRAS or the auxiliary model's
+    options: dict[str, Any]  # option name -> default
+    extras: tuple[str, ...] = ()  # required keyword tensors: ROLLOUT_EXTRAS or the auxiliary model's
     help: str = ""
     auxiliary: Callable[[dict], AuxiliaryModel] | None = None  # options -> the auxiliary model it needs
-    min_group_size: int = 1          # responses per prompt it needs (leave-one-out baselines: 2)
+    min_group_size: int = 1  # responses per prompt it needs (leave-one-out baselines: 2)
 
 
-def register_advantage(name: str, *, options: dict | None = None, extras: tuple[str, ...] = (), help: str = "",
-                       auxiliary: Callable[[dict], AuxiliaryModel] | None = None, min_group_size: int = 1):
+def register_advantage(
+    name: str,
+    *,
+    options: dict | None = None,
+    extras: tuple[str, ...] = (),
+    help: str = "",
+    auxiliary: Callable[[dict], AuxiliaryModel] | None = None,
+    min_group_size: int = 1,
+):
     """Decorator registering an advantage estimator function under ``name``.
 
     ``extras`` must be ones a backend can produce: ``ROLLOUT_EXTRAS`` or what ``auxiliary(options)`` provides.
     """
+
     def deco(fn):
         opts = dict(options or {})
         producible = set(ROLLOUT_EXTRAS) | (set(auxiliary(opts).provides) if auxiliary else set())
         missing = [e for e in extras if e not in producible]
         if missing:
-            raise ValueError(f"advantage estimator {name!r}: extras {missing} cannot be produced by a backend; "
-                             f"allowed: {', '.join(ROLLOUT_EXTRAS)} or the tensors its auxiliary model provides")
-        ADVANTAGES.register(name, AdvantageEstimator(name, fn, opts, tuple(extras), help or fn.__doc__ or "",
-                                                     auxiliary, int(min_group_size)))
+            raise ValueError(
+                f"advantage estimator {name!r}: extras {missing} cannot be produced by a backend; "
+                f"allowed: {', '.join(ROLLOUT_EXTRAS)} or the tensors its auxiliary model provides"
+            )
+        ADVANTAGES.register(
+            name,
+            AdvantageEstimator(name, fn, opts, tuple(extras), help or fn.__doc__ or "", auxiliary, int(min_group_size)),
+        )
         return fn
+
     return deco
 
 
 def register_method(name: str):
     """Class decorator: register a Method subclass under ``name`` (duplicate names are an error)."""
+
     def deco(cls):
         cls = dataclass(cls)  # subclasses only declare hparam fields; make them dataclass fields
         cls.name = name
         METHODS.register(name, cls)
         return cls
+
     return deco
 
 
@@ -151,21 +170,30 @@ class Method:
         for f in dataclasses.fields(self):
             value = getattr(self, f.name)
             meta = f.metadata
-            expected = f.type if isinstance(f.type, type) else {"float": float, "int": int, "bool": bool,
-                                                                 "str": str, "dict": dict}.get(str(f.type))
+            expected = (
+                f.type
+                if isinstance(f.type, type)
+                else {"float": float, "int": int, "bool": bool, "str": str, "dict": dict}.get(str(f.type))
+            )
             if expected is float and isinstance(value, int) and not isinstance(value, bool):
                 value = float(value)
                 setattr(self, f.name, value)
-            if expected is not None and (not isinstance(value, expected) or
-                                         (expected is not bool and isinstance(value, bool))):
-                raise HyperparameterError(f"{self.name}: hyperparameter {f.name!r} must be {expected.__name__}, "
-                                          f"got {value!r} ({type(value).__name__})")
+            if expected is not None and (
+                not isinstance(value, expected) or (expected is not bool and isinstance(value, bool))
+            ):
+                raise HyperparameterError(
+                    f"{self.name}: hyperparameter {f.name!r} must be {expected.__name__}, "
+                    f"got {value!r} ({type(value).__name__})"
+                )
             if meta.get("choices") is not None and value not in meta["choices"]:
-                raise HyperparameterError(f"{self.name}: {f.name}={value!r} is not allowed; "
-                                          f"allowed: {', '.join(map(str, meta['choices']))}")
+                raise HyperparameterError(
+                    f"{self.name}: {f.name}={value!r} is not allowed; allowed: {', '.join(map(str, meta['choices']))}"
+                )
             low, high = meta.get("low"), meta.get("high")
             if low is not None and (value < low or (meta.get("low_open") and value == low)):
-                raise HyperparameterError(f"{self.name}: {f.name}={value!r} must be {'>' if meta.get('low_open') else '>='} {low}")
+                raise HyperparameterError(
+                    f"{self.name}: {f.name}={value!r} must be {'>' if meta.get('low_open') else '>='} {low}"
+                )
             if high is not None and value > high:
                 raise HyperparameterError(f"{self.name}: {f.name}={value!r} must be <= {high}")
         estimator = _estimator(self.advantage, self.name)
@@ -173,10 +201,12 @@ class Method:
         if unknown:
             raise HyperparameterError(
                 f"{self.name}: unknown advantage option(s) {sorted(unknown)} for estimator {self.advantage!r}; "
-                f"valid: {_fmt_defaults(estimator.options) or '(none)'}")
+                f"valid: {_fmt_defaults(estimator.options) or '(none)'}"
+            )
         if not self.std_normalize and self.advantage != "grpo":
-            raise HyperparameterError(f"{self.name}: std_normalize=False only applies to advantage='grpo', "
-                                      f"not {self.advantage!r}")
+            raise HyperparameterError(
+                f"{self.name}: std_normalize=False only applies to advantage='grpo', not {self.advantage!r}"
+            )
 
     @classmethod
     def hparams(cls) -> dict[str, dataclasses.Field]:
@@ -203,12 +233,16 @@ class Method:
         estimator = ADVANTAGES.get(self.advantage)
         unknown = set(extras) - set(estimator.extras)
         if unknown:
-            raise ValueError(f"advantage estimator {self.advantage!r} takes no extra input(s) {sorted(unknown)}; "
-                             f"it takes: {', '.join(estimator.extras) or '(none)'}")
+            raise ValueError(
+                f"advantage estimator {self.advantage!r} takes no extra input(s) {sorted(unknown)}; "
+                f"it takes: {', '.join(estimator.extras) or '(none)'}"
+            )
         missing = [e for e in estimator.extras if extras.get(e) is None]
         if missing:
-            raise ValueError(f"advantage estimator {self.advantage!r} needs {', '.join(missing)} (B,T) tensors "
-                             f"passed as keyword arguments")
+            raise ValueError(
+                f"advantage estimator {self.advantage!r} needs {', '.join(missing)} (B,T) tensors "
+                f"passed as keyword arguments"
+            )
         for e in estimator.extras:
             check_token_tensor(e, extras[e], mask)
         group, n_groups = ops.group_index(group_ids)
@@ -230,8 +264,9 @@ class Method:
         """True: the backend calls ``selection_plan`` once per mini-batch and slices it into ``selected=``."""
         return False
 
-    def selection_plan(self, log_probs, old_log_probs, advantages, mask, *, entropy=None,
-                       generator=None) -> torch.Tensor | None:
+    def selection_plan(
+        self, log_probs, old_log_probs, advantages, mask, *, entropy=None, generator=None
+    ) -> torch.Tensor | None:
         """(B,T) bool plan over a whole mini-batch from detached inputs; None for methods that select nothing."""
         return None
 
@@ -252,16 +287,27 @@ class Method:
         return type(self).on_step_end is not Method.on_step_end
 
     # -- loss ---------------------------------------------------------------------------------------
-    def per_token_loss(self, log_probs, old_log_probs, advantages, mask, *, entropy=None, step=0, generator=None,
-                       selected=None) -> TokenLoss:
+    def per_token_loss(
+        self, log_probs, old_log_probs, advantages, mask, *, entropy=None, step=0, generator=None, selected=None
+    ) -> TokenLoss:
         """The PPO clipped surrogate per token: max(-A r, -A clip(r, 1-eps_low, 1+eps_high))."""
         log_ratio = log_probs - old_log_probs
         loss, clipped = _ppo_clip(log_ratio, advantages, self.eps_low, self.eps_high)
         return TokenLoss(loss, clipped=clipped & mask.bool(), log_ratio=log_ratio)
 
-    def policy_loss(self, log_probs, old_log_probs, advantages, mask, *, entropy=None, step: int = 0,
-                    generator: torch.Generator | None = None, selected: torch.Tensor | None = None,
-                    cov_groups: bool = False) -> LossOutput:
+    def policy_loss(
+        self,
+        log_probs,
+        old_log_probs,
+        advantages,
+        mask,
+        *,
+        entropy=None,
+        step: int = 0,
+        generator: torch.Generator | None = None,
+        selected: torch.Tensor | None = None,
+        cov_groups: bool = False,
+    ) -> LossOutput:
         """Aggregated loss (differentiable in log_probs) and diagnostics over the valid tokens given.
 
         Inputs below float32 are upcast before the ratio (fp16 overflows exp(log-ratio) from ~11). A non-finite
@@ -273,38 +319,51 @@ class Method:
         padded = bool(torch.count_nonzero(valid) < valid.numel())
         # padding may hold anything (even NaN): zero it so no masked product can turn it into NaN
         log_probs, old_log_probs, advantages = (
-            valid_tokens(name, x, valid, padded) for name, x in (("log_probs", log_probs),
-                                                                 ("old_log_probs", old_log_probs),
-                                                                 ("advantages", advantages)))
+            valid_tokens(name, x, valid, padded)
+            for name, x in (("log_probs", log_probs), ("old_log_probs", old_log_probs), ("advantages", advantages))
+        )
         if entropy is not None:
             entropy = valid_tokens("entropy", entropy, valid, padded)
         if selected is not None:
             selected = check_token_tensor("selected", selected, mask, float_only=False).bool()
-        tok = self.per_token_loss(log_probs, old_log_probs, advantages, mask, entropy=entropy, step=step,
-                                  generator=generator, selected=selected)
+        tok = self.per_token_loss(
+            log_probs,
+            old_log_probs,
+            advantages,
+            mask,
+            entropy=entropy,
+            step=step,
+            generator=generator,
+            selected=selected,
+        )
         loss = ops.agg_loss(tok.loss, mask, self.agg)
         loss = self.extra_loss(loss, entropy, mask)
         metrics = self.diagnostics(log_probs, old_log_probs, advantages, mask, entropy, tok, cov_groups)
         if not bool(torch.isfinite(loss.detach())):
             raise FloatingPointError(
                 f"method {self.name}: the loss is not finite ({float(loss.detach())}); largest log-ratio "
-                f"|log pi - log pi_old| on a valid token: {metrics['log_ratio/max_abs']:.4g} (exp overflows float32 above ~88.7, float16 "
-                f"above ~11: the policy moved too far from the behaviour policy)")
+                f"|log pi - log pi_old| on a valid token: {metrics['log_ratio/max_abs']:.4g} (exp overflows "
+                "float32 above ~88.7, float16 "
+                f"above ~11: the policy moved too far from the behaviour policy)"
+            )
         return LossOutput(loss, metrics)
 
     def extra_loss(self, loss: torch.Tensor, entropy, mask) -> torch.Tensor:
         """Terms added after aggregation (the entropy bonus); identity by default."""
         return loss
 
-    def diagnostics(self, log_probs, old_log_probs, advantages, mask, entropy, tok: TokenLoss,
-                    cov_groups: bool = False) -> dict[str, float]:
+    def diagnostics(
+        self, log_probs, old_log_probs, advantages, mask, entropy, tok: TokenLoss, cov_groups: bool = False
+    ) -> dict[str, float]:
         """ppo_kl, ppo_kl_abs, log_ratio/max_abs, clipfrac, tokens, selected/count|frac, entropy/token_mean, the
         method's own metrics and, on request, the covariance groups. Inputs are 0 on padding: plain sums."""
         with torch.no_grad():
             valid = mask.bool()
             count = torch.count_nonzero(valid)
             n_valid = float(count)
-            log_ratio = (tok.log_ratio if tok.log_ratio is not None else log_probs - old_log_probs).detach()  # 0 on padding
+            log_ratio = (
+                tok.log_ratio if tok.log_ratio is not None else log_probs - old_log_probs
+            ).detach()  # 0 on padding
             sums = {"ppo_kl": -log_ratio.sum(), "ppo_kl_abs": torch.linalg.vector_norm(log_ratio, 1)}
             if tok.clipped is not None:
                 sums["clipfrac"] = torch.count_nonzero(tok.clipped & valid)
@@ -371,9 +430,12 @@ def get_method(name: str, **hparams) -> Method:
     fields = cls.hparams()
     unknown = [k for k in hparams if k not in fields]
     if unknown:
-        valid = _fmt_defaults({k: (f.default if f.default is not dataclasses.MISSING else f.default_factory())
-                               for k, f in fields.items()})
-        raise HyperparameterError(f"unknown hyperparameter {unknown[0]!r} for method {name!r}."
-                                  f"{suggestion(unknown[0], fields)} "
-                                  f"Valid (with defaults): {valid}")
+        valid = _fmt_defaults(
+            {k: (f.default if f.default is not dataclasses.MISSING else f.default_factory()) for k, f in fields.items()}
+        )
+        raise HyperparameterError(
+            f"unknown hyperparameter {unknown[0]!r} for method {name!r}."
+            f"{suggestion(unknown[0], fields)} "
+            f"Valid (with defaults): {valid}"
+        )
     return cls(**hparams)

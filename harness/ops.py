@@ -14,8 +14,12 @@ import torch
 
 EPS_MEAN = 1e-8  # verl masked_mean / token-mean denominator
 # aggregation mode -> what one micro-batch's share of the mini-batch aggregate is weighted by (``micro_batch_weight``)
-AGG_SPLIT = {"token-mean": "tokens", "seq-mean-token-sum": "rows", "seq-mean-token-mean": "rows",
-             "seq-mean-token-sum-norm": "none"}
+AGG_SPLIT = {
+    "token-mean": "tokens",
+    "seq-mean-token-sum": "rows",
+    "seq-mean-token-mean": "rows",
+    "seq-mean-token-sum-norm": "none",
+}
 AGG_MODES = tuple(AGG_SPLIT)
 # modes a data-parallel backend can rebuild from global normalisers (OpenRLHF's aggregate_loss: ``token_level_loss``
 # divides by the global token count, else per-row means over the global row count; ``global_normaliser_scale``)
@@ -74,8 +78,12 @@ def group_stats(scores: torch.Tensor, group: torch.Tensor, n_groups: int):
 
 
 # -- token covariance ------------------------------------------------------------------------------
-def token_covariance(advantages: torch.Tensor, log_probs: torch.Tensor, mask: torch.Tensor,
-                     means: tuple[torch.Tensor, torch.Tensor] | None = None) -> torch.Tensor:
+def token_covariance(
+    advantages: torch.Tensor,
+    log_probs: torch.Tensor,
+    mask: torch.Tensor,
+    means: tuple[torch.Tensor, torch.Tensor] | None = None,
+) -> torch.Tensor:
     """Per-token (A - mean A)(log pi - mean log pi), means over valid tokens (token-weighted), 0 on padding.
 
     ``means`` overrides the two centring means (global scope passes mini-batch / all-rank means).
@@ -111,7 +119,7 @@ def covariance_groups(cov_valid: torch.Tensor) -> dict[str, float]:
     part = np.partition(values, sorted({n - k for k in sizes.values()}))  # each top-k lands in part[n-k:]
     out = {"cov/mean": float(values.mean())}
     for key, k in sizes.items():
-        out[f"cov/{key}"] = float(part[n - k:].mean())
+        out[f"cov/{key}"] = float(part[n - k :].mean())
     return out
 
 
@@ -155,14 +163,16 @@ def micro_batch_weight(mode: str, micro_mask: torch.Tensor, mini_mask: torch.Ten
     raise ValueError(f"unknown aggregation mode {mode!r}; allowed: {', '.join(AGG_MODES)}")
 
 
-def global_normaliser_scale(mode: str, mask: torch.Tensor, dp_size=1, batch_num_tokens=None,
-                            global_batch_size=None) -> torch.Tensor:
+def global_normaliser_scale(
+    mode: str, mask: torch.Tensor, dp_size=1, batch_num_tokens=None, global_batch_size=None
+) -> torch.Tensor:
     """Factor turning the local ``agg_loss`` of one micro-batch on one rank into its share of the aggregate with
     global normalisers (OpenRLHF's ``aggregate_loss``): local_sum / global_count * dp_size, where the count is
     tokens (token-mean) or non-empty rows (seq-mean-token-mean). Without the global count: 1."""
     if mode not in GLOBAL_NORMALISED_MODES:
-        raise ValueError(f"aggregation mode {mode!r} has no global-normaliser form; allowed: "
-                         f"{', '.join(GLOBAL_NORMALISED_MODES)}")
+        raise ValueError(
+            f"aggregation mode {mode!r} has no global-normaliser form; allowed: {', '.join(GLOBAL_NORMALISED_MODES)}"
+        )
     m = mask.float()
     if mode == "token-mean":
         if batch_num_tokens is None:
@@ -193,7 +203,7 @@ class _StreamingEntropy(torch.autograd.Function):
         sum_exp = torch.zeros_like(run_max)
         sum_exp_z = torch.zeros_like(run_max)
         for start in range(0, rows.shape[1], chunk):
-            z = rows[:, start:start + chunk].to(acc)
+            z = rows[:, start : start + chunk].to(acc)
             new_max = torch.maximum(run_max, z.amax(-1, keepdim=True))
             scale = torch.exp(run_max - new_max)
             e = (z - new_max).exp_()
@@ -213,9 +223,9 @@ class _StreamingEntropy(torch.autograd.Function):
         g = grad_out.reshape(-1, 1).to(lse.dtype)
         grad = torch.empty_like(rows)
         for start in range(0, rows.shape[1], ctx.chunk):
-            z = rows[:, start:start + ctx.chunk].to(lse.dtype)
+            z = rows[:, start : start + ctx.chunk].to(lse.dtype)
             p = (z - lse).exp_()
-            grad[:, start:start + ctx.chunk] = (p.mul_(mean_z - z).mul_(g)).to(grad.dtype)
+            grad[:, start : start + ctx.chunk] = (p.mul_(mean_z - z).mul_(g)).to(grad.dtype)
         return grad.reshape(logits.shape), None
 
 

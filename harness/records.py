@@ -35,8 +35,12 @@ def summarize_metrics(rows: Iterable[dict]) -> dict:
         vals = [r[key] for r in part if isinstance(r.get(key), (int, float)) and not isinstance(r.get(key), bool)]
         return sum(vals) / len(vals) if vals else None
 
-    return {"entropy_start": mean("entropy", rows[:n]), "entropy_end": mean("entropy", rows[-n:]),
-            "reward_start": mean("reward/mean", rows[:n]), "reward_end": mean("reward/mean", rows[-n:])}
+    return {
+        "entropy_start": mean("entropy", rows[:n]),
+        "entropy_end": mean("entropy", rows[-n:]),
+        "reward_start": mean("reward/mean", rows[:n]),
+        "reward_end": mean("reward/mean", rows[-n:]),
+    }
 
 
 def task_label(name: str | None) -> str | None:
@@ -53,7 +57,7 @@ class SuiteResult:
     """One eval suite's result (docs/contracts.md §4); ``primary`` names the leaderboard metric."""
 
     suite: str
-    n_problems: int | None      # None when the backend cannot know it (never a made-up number)
+    n_problems: int | None  # None when the backend cannot know it (never a made-up number)
     n_samples: int
     temperature: float
     top_p: float
@@ -74,11 +78,11 @@ class RunResult:
     method_config: dict
     model: str
     model_params: int | None
-    task: str | None            # task_label(task.name) on every backend
+    task: str | None  # task_label(task.name) on every backend
     seed: int
-    steps: int                  # steps done
-    summary: dict               # summarize_metrics(metrics.jsonl rows)
-    eval: dict | None           # {"step": N, "suites": {name: SuiteResult.to_dict()}} of the last eval
+    steps: int  # steps done
+    summary: dict  # summarize_metrics(metrics.jsonl rows)
+    eval: dict | None  # {"step": N, "suites": {name: SuiteResult.to_dict()}} of the last eval
     timing: dict = field(default_factory=dict)
     extra: dict = field(default_factory=dict)  # backend-only keys (pocket: warm_start; openrlhf: checkpoint)
 
@@ -87,8 +91,7 @@ class RunResult:
         return {**d, **self.extra}
 
 
-def result_payload(run_id: str, backend: str, name: str | None, status: str, fields: dict,
-                   wall_time_s: float) -> dict:
+def result_payload(run_id: str, backend: str, name: str | None, status: str, fields: dict, wall_time_s: float) -> dict:
     """The full result.json content: the head, the backend's fields, the wall time."""
     head = {"schema_version": SCHEMA_VERSION, "run_id": run_id, "backend": backend, "name": name, "status": status}
     return {**head, **{k: v for k, v in fields.items() if k not in head}, "wall_time_s": round(wall_time_s, 2)}

@@ -115,5 +115,7 @@ def _where(obj: object) -> str:
 
 def _same_definition(a: object, b: object) -> bool:
     """True when a module was imported twice (e.g. as a file and as a package module)."""
-    return getattr(a, "__qualname__", None) == getattr(b, "__qualname__", object()) and getattr(
-        a, "__module__", "").rsplit(".", 1)[-1] == getattr(b, "__module__", "").rsplit(".", 1)[-1]
+    return (
+        getattr(a, "__qualname__", None) == getattr(b, "__qualname__", object())
+        and getattr(a, "__module__", "").rsplit(".", 1)[-1] == getattr(b, "__module__", "").rsplit(".", 1)[-1]
+    )

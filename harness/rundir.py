@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 
 LOCK_FILE = ".run.lock"
-SWEEP_MARKERS = ("sweep.yaml", ".submit.lock")        # a sweep's runs directory
+SWEEP_MARKERS = ("sweep.yaml", ".submit.lock")  # a sweep's runs directory
 RUN_MARKERS = ("result.json", "metrics.jsonl", "train.log", LOCK_FILE)  # with config.yaml: a run directory
 REPORT_MARKERS = ("leaderboard.md",)
 
@@ -53,8 +53,13 @@ def _boot_id() -> str:
 def holder_info() -> dict:
     """Who this process is: host, pid, boot id, process start (ticks) and wall-clock start time."""
     pid = os.getpid()
-    return {"host": socket.gethostname(), "pid": pid, "boot_id": _boot_id(), "start_ticks": process_start(pid),
-            "started": time.strftime("%Y-%m-%d %H:%M:%S %Z")}
+    return {
+        "host": socket.gethostname(),
+        "pid": pid,
+        "boot_id": _boot_id(),
+        "start_ticks": process_start(pid),
+        "started": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
+    }
 
 
 def same_process_alive(info: dict) -> bool | None:
@@ -116,9 +121,11 @@ class RunDirLock:
         except BlockingIOError:
             os.close(fd)
             held = read_holder(self.run_dir) or {}
-            raise RunDirBusy(f"run directory {self.run_dir} is in use by another trainer ({describe(held)}); "
-                             f"wait for it to finish or stop it (kill {held.get('pid', 'PID')} on "
-                             f"{held.get('host', 'its host')})") from None
+            raise RunDirBusy(
+                f"run directory {self.run_dir} is in use by another trainer ({describe(held)}); "
+                f"wait for it to finish or stop it (kill {held.get('pid', 'PID')} on "
+                f"{held.get('host', 'its host')})"
+            ) from None
         os.ftruncate(fd, 0)
         os.pwrite(fd, (json.dumps(holder_info()) + "\n").encode(), 0)
         os.fsync(fd)
@@ -175,28 +182,38 @@ def check_placement(path: str | os.PathLike, kind: str) -> None:
     """Refuse ``path`` as a ``kind`` ('run', 'cell', 'sweep' or 'report') directory when it is inside a run or
     a sweep's runs directory (a cell may sit in its sweep's), or holds runs itself; raise NestingError."""
     path = Path(path).absolute()
-    names = {"run": "run directory", "cell": "run directory", "sweep": "sweep runs directory",
-             "report": "report directory"}
+    names = {
+        "run": "run directory",
+        "cell": "run directory",
+        "sweep": "sweep runs directory",
+        "report": "report directory",
+    }
     what = names[kind]
     here = kind_of(path) if path.is_dir() else None
     if kind in ("run", "cell") and here == "sweep":
-        raise NestingError(f"{path} is a sweep's runs directory; a {what} inside it would hide the sweep's cells "
-                           f"(use a directory outside it)")
+        raise NestingError(
+            f"{path} is a sweep's runs directory; a {what} inside it would hide the sweep's cells "
+            f"(use a directory outside it)"
+        )
     if kind in ("sweep", "report") and here == "run":
         raise NestingError(f"{path} is a run directory; use a {what} outside it")
     for i, parent in enumerate(path.parents):
         pk = kind_of(parent)
         if pk == "run":
-            raise NestingError(f"{path}: this {what} would be inside the run directory {parent}; use a directory "
-                               f"outside it")
+            raise NestingError(
+                f"{path}: this {what} would be inside the run directory {parent}; use a directory outside it"
+            )
         if pk == "sweep" and not (kind == "cell" and i == 0):
-            raise NestingError(f"{path}: this {what} would be inside the sweep runs directory {parent}; use a "
-                               f"directory outside it")
+            raise NestingError(
+                f"{path}: this {what} would be inside the sweep runs directory {parent}; use a directory outside it"
+            )
     if kind in ("run", "cell") and here != "run":
         inner = _children_runs(path)
         if inner:
-            raise NestingError(f"{path} holds other runs ({inner[0]}{' ...' if len(inner) > 1 else ''}); a run "
-                               f"directory must not contain runs")
+            raise NestingError(
+                f"{path} holds other runs ({inner[0]}{' ...' if len(inner) > 1 else ''}); a run "
+                f"directory must not contain runs"
+            )
     if kind == "sweep":
         strays = [c for c in _children_runs(path, 1) if kind_of(c) == "run" and not (c / "cell.json").is_file()]
         if strays:

@@ -30,8 +30,17 @@ from harness.config import RunConfig, diff_configs, load_config, run_id_of
 from harness.io import atomic_write_json, atomic_write_text, read_jsonl, repair_jsonl
 from harness.records import SCHEMA_VERSION, RunResult, result_payload  # noqa: F401  (SCHEMA_VERSION re-exported)
 
-RUN_FILES = ("config.yaml", "metrics.jsonl", "eval", "checkpoints", "result.json", "train.log", "tensorboard", "wandb",
-             "openrlhf.log")
+RUN_FILES = (
+    "config.yaml",
+    "metrics.jsonl",
+    "eval",
+    "checkpoints",
+    "result.json",
+    "train.log",
+    "tensorboard",
+    "wandb",
+    "openrlhf.log",
+)
 FINISHED = ("completed", "insufficient_updates")  # statuses of a run that is done (never retrained or retried)
 MIN_UPDATE_FRACTION = 0.5
 RUN_FILE_PATTERNS = ("openrlhf.task*.log",)  # one log per SLURM task of a multi-node OpenRLHF run
@@ -89,8 +98,10 @@ def prepare_run_dir(cfg: RunConfig, run_dir: Path, force: bool = False, log=prin
             if not force:
                 diffs = diff_configs(old, cfg.to_dict())
                 shown = "; ".join(diffs[:6]) + (f"; ... ({len(diffs)} differences)" if len(diffs) > 6 else "")
-                raise ValueError(f"run directory {run_dir} holds a different config (run {old_id}, this is {new_id}): "
-                                 f"{shown}. Use another --run-dir, or --force to move the old run to {run_dir}/replaced/")
+                raise ValueError(
+                    f"run directory {run_dir} holds a different config (run {old_id}, this is {new_id}): "
+                    f"{shown}. Use another --run-dir, or --force to move the old run to {run_dir}/replaced/"
+                )
             dest = _archive(run_dir, old_id)
             log(f"--force: moved the previous run ({old_id}) to {dest}")
         else:
@@ -101,7 +112,10 @@ def prepare_run_dir(cfg: RunConfig, run_dir: Path, force: bool = False, log=prin
                 dest = _archive(run_dir, old_id)
                 log(f"--force: moved the completed run to {dest}; training again from scratch")
             elif res:  # a failed attempt: keep its result aside and resume
-                os.replace(run_dir / "result.json", run_dir / f"result.{res.get('status', 'old')}-{time.strftime('%Y%m%d-%H%M%S')}.json")
+                os.replace(
+                    run_dir / "result.json",
+                    run_dir / f"result.{res.get('status', 'old')}-{time.strftime('%Y%m%d-%H%M%S')}.json",
+                )
     atomic_write_text(cfg_path, cfg.to_yaml())
     return "go"
 
@@ -139,8 +153,10 @@ def _run_locked(cfg: RunConfig, run_dir: Path, force: bool, quiet: bool) -> dict
     log = RunLog(run_dir, quiet=quiet)
     lost = repair_jsonl(run_dir / "metrics.jsonl")
     if lost:
-        log(f"warning: {run_dir / 'metrics.jsonl'} ended in a torn line (a killed writer); cut its last {lost} "
-            f"bytes, every complete line kept")
+        log(
+            f"warning: {run_dir / 'metrics.jsonl'} ended in a torn line (a killed writer); cut its last {lost} "
+            f"bytes, every complete line kept"
+        )
     if prepare_run_dir(cfg, run_dir, force, log) == "done":
         log(f"{run_dir}: already completed (run {cfg.run_id()}); --force to train again")
         return read_result(run_dir)
@@ -156,18 +172,32 @@ def _run_locked(cfg: RunConfig, run_dir: Path, force: bool, quiet: bool) -> dict
     except KeyboardInterrupt:
         raise
     except Exception as e:
-        write_result(run_dir, payload("failed", {
-            "method": cfg.method_name, "model": cfg.model.name, "seed": cfg.seed,
-            "error": f"{type(e).__name__}: {e}", "traceback": traceback.format_exc()[-4000:]}))
+        write_result(
+            run_dir,
+            payload(
+                "failed",
+                {
+                    "method": cfg.method_name,
+                    "model": cfg.model.name,
+                    "seed": cfg.seed,
+                    "error": f"{type(e).__name__}: {e}",
+                    "traceback": traceback.format_exc()[-4000:],
+                },
+            ),
+        )
         raise
     fields = record.to_dict() if isinstance(record, RunResult) else dict(record or {})
     fields["updates"] = updates = count_updates(run_dir, cfg.train.steps)
     result = payload(finished_status(updates), fields)
     write_result(run_dir, result)
     if result["status"] != "completed":
-        log(f"warning: only {updates['made']} of {updates['expected']} steps updated the policy (every group was "
-            f"filtered or skipped); status {result['status']}: tables flag this run and never rank it")
+        log(
+            f"warning: only {updates['made']} of {updates['expected']} steps updated the policy (every group was "
+            f"filtered or skipped); status {result['status']}: tables flag this run and never rank it"
+        )
     s = result.get("summary", {})
-    log(f"done: entropy {s.get('entropy_start')} -> {s.get('entropy_end')}, reward {s.get('reward_start')} -> "
-        f"{s.get('reward_end')}; {run_dir / 'result.json'}")
+    log(
+        f"done: entropy {s.get('entropy_start')} -> {s.get('entropy_end')}, reward {s.get('reward_start')} -> "
+        f"{s.get('reward_end')}; {run_dir / 'result.json'}"
+    )
     return result

@@ -65,8 +65,9 @@ def check_value(value: Any, meta: dict, path: str) -> Any:
         value = copy.deepcopy(value)
     choices = meta.get("choices")
     if choices and value not in choices:
-        raise ConfigError(f"{path}: {value!r} is not allowed.{suggestion(value, choices)} "
-                          f"Allowed: {', '.join(map(str, choices))}")
+        raise ConfigError(
+            f"{path}: {value!r} is not allowed.{suggestion(value, choices)} Allowed: {', '.join(map(str, choices))}"
+        )
     lo, hi = meta.get("min"), meta.get("max")
     if lo is not None and value < lo:
         raise ConfigError(f"{path}: {value!r} is below the minimum {lo}")

@@ -79,8 +79,7 @@ def top_k_mask(values: torch.Tensor, k: int, active: bool) -> torch.Tensor:
     return chosen
 
 
-def random_subset_mask(n_candidates: int, n_take: int, active: bool, generator=None,
-                       device=None) -> torch.Tensor:
+def random_subset_mask(n_candidates: int, n_take: int, active: bool, generator=None, device=None) -> torch.Tensor:
     """Bool mask choosing ``min(n_take, total candidates)`` candidates uniformly at random.
 
     Single process: ``torch.randperm(n_candidates, generator)[:n_take]`` over candidates in row-major order,

@@ -18,9 +18,12 @@ def check_mask(mask, name: str = "mask") -> torch.Tensor:
     if mask.dtype != torch.bool and mask.numel():
         # values in [0, 1] whose sum equals the count of non-zeros are exactly 0/1 (one min/max pass + two sums)
         low, high = torch.aminmax(mask.detach())
-        exact = torch.float32 if mask.numel() < 2 ** 24 else torch.float64  # integer sums stay exact
-        if not (float(low) >= 0 and float(high) <= 1
-                and float(mask.detach().sum(dtype=exact)) == float(torch.count_nonzero(mask))):
+        exact = torch.float32 if mask.numel() < 2**24 else torch.float64  # integer sums stay exact
+        if not (
+            float(low) >= 0
+            and float(high) <= 1
+            and float(mask.detach().sum(dtype=exact)) == float(torch.count_nonzero(mask))
+        ):
             raise ValueError(f"{name} must hold only 0/1 (or bool) values")
     return mask
 
@@ -29,15 +32,19 @@ def check_token_tensor(name: str, x, mask: torch.Tensor, *, float_only: bool = T
     """(B, T) like ``mask``, floating point, finite on the valid tokens (padding may hold anything)."""
     x = _tensor(name, x)
     if tuple(x.shape) != tuple(mask.shape):
-        raise ValueError(f"{name} has shape {tuple(x.shape)} but mask has shape {tuple(mask.shape)}; "
-                         f"all token tensors must be (B, T) = {tuple(mask.shape)}")
+        raise ValueError(
+            f"{name} has shape {tuple(x.shape)} but mask has shape {tuple(mask.shape)}; "
+            f"all token tensors must be (B, T) = {tuple(mask.shape)}"
+        )
     if float_only and not x.is_floating_point():
         raise TypeError(f"{name} must be a floating-point tensor, got {x.dtype}")
     bad = ~torch.isfinite(x.detach()) & mask.bool()
     if bool(bad.any()):
         b, t = (int(i) for i in bad.nonzero()[0])
-        raise ValueError(f"{name} has a non-finite value (NaN or inf) on a valid token, first at [{b}, {t}] "
-                         f"({int(bad.sum())} in all)")
+        raise ValueError(
+            f"{name} has a non-finite value (NaN or inf) on a valid token, first at [{b}, {t}] "
+            f"({int(bad.sum())} in all)"
+        )
     return x
 
 
@@ -46,8 +53,10 @@ def valid_tokens(name: str, x, valid: torch.Tensor, padded: bool = True) -> torc
     ``padded=False``: there is none); one finiteness pass, whose failure names the first non-finite valid token."""
     x = _tensor(name, x)
     if tuple(x.shape) != tuple(valid.shape):
-        raise ValueError(f"{name} has shape {tuple(x.shape)} but mask has shape {tuple(valid.shape)}; "
-                         f"all token tensors must be (B, T) = {tuple(valid.shape)}")
+        raise ValueError(
+            f"{name} has shape {tuple(x.shape)} but mask has shape {tuple(valid.shape)}; "
+            f"all token tensors must be (B, T) = {tuple(valid.shape)}"
+        )
     if not x.is_floating_point():
         raise TypeError(f"{name} must be a floating-point tensor, got {x.dtype}")
     if x.dtype in (torch.float16, torch.bfloat16):
@@ -64,15 +73,18 @@ def check_sample_tensor(name: str, x, batch: int) -> torch.Tensor:
     if x.dim() != 1 or x.shape[0] != batch:
         raise ValueError(f"{name} must be 1-D with one entry per response (B={batch}), got shape {tuple(x.shape)}")
     if x.is_floating_point() and not bool(torch.isfinite(x).all()):
-        raise ValueError(f"{name} has a non-finite value (NaN or inf) at index {int((~torch.isfinite(x)).nonzero()[0])}")
+        raise ValueError(
+            f"{name} has a non-finite value (NaN or inf) at index {int((~torch.isfinite(x)).nonzero()[0])}"
+        )
     return x
 
 
 def check_group_ids(group_ids, batch: int):
     if torch.is_tensor(group_ids):
         if group_ids.dim() != 1 or group_ids.shape[0] != batch:
-            raise ValueError(f"group_ids must be 1-D with one entry per response (B={batch}), "
-                             f"got shape {tuple(group_ids.shape)}")
+            raise ValueError(
+                f"group_ids must be 1-D with one entry per response (B={batch}), got shape {tuple(group_ids.shape)}"
+            )
         if group_ids.is_floating_point():
             raise TypeError(f"group_ids must be integer ids, got {group_ids.dtype}")
         return group_ids

@@ -39,8 +39,11 @@ class AdaptiveEntropy(Method):
     delta: float = hparam(1e-4, "step of the coefficient per training step (Skywork: 1e-4)", low=0.0)
     coef_min: float = hparam(0.0, "lower clip of the coefficient", low=0.0)
     coef_max: float = hparam(0.005, "upper clip of the coefficient (Skywork: 0.005)", low=0.0)
-    variant: str = hparam("skywork", "skywork: -mean old log-prob, <, gate open at start; trl: exact entropy, "
-                                     "<=, gate closed at start", choices=tuple(VARIANTS))
+    variant: str = hparam(
+        "skywork",
+        "skywork: -mean old log-prob, <, gate open at start; trl: exact entropy, <=, gate closed at start",
+        choices=tuple(VARIANTS),
+    )
 
     def __post_init__(self):
         super().__post_init__()
@@ -55,8 +58,9 @@ class AdaptiveEntropy(Method):
     def on_step_end(self, stats: dict) -> None:
         key, op, _ = VARIANTS[self.variant]
         if stats.get(key) is None:
-            raise ValueError(f"adaptive_entropy ({self.variant}) needs {key!r} in the step's metrics row; "
-                             f"got keys {sorted(stats)}")
+            raise ValueError(
+                f"adaptive_entropy ({self.variant}) needs {key!r} in the step's metrics row; got keys {sorted(stats)}"
+            )
         h = float(stats[key])
         below = h < self.target if op == "<" else h <= self.target
         self.coef = min(max(self.coef + (self.delta if below else -self.delta), self.coef_min), self.coef_max)
@@ -65,8 +69,12 @@ class AdaptiveEntropy(Method):
         self.updates += 1
 
     def state_dict(self) -> dict:
-        return {"coef": self.coef, "enabled": self.enabled, "last_measured": self.last_measured,
-                "updates": self.updates}
+        return {
+            "coef": self.coef,
+            "enabled": self.enabled,
+            "last_measured": self.last_measured,
+            "updates": self.updates,
+        }
 
     def load_state_dict(self, d: dict) -> None:
         self.coef, self.enabled = float(d["coef"]), int(d["enabled"])
@@ -80,12 +88,20 @@ class AdaptiveEntropy(Method):
 
     def per_token_loss(self, log_probs, old_log_probs, advantages, mask, **_):
         loss, clipped = ppo_clip_token_loss(log_probs, old_log_probs, advantages, self.eps_low, self.eps_high)
-        return TokenLoss(loss, clipped=clipped & mask.bool(),
-                         metrics={"adaptive_entropy/coef": self.coef, "adaptive_entropy/enabled": float(self.enabled),
-                                  "adaptive_entropy/coef_realized": self.realized_coef})
+        return TokenLoss(
+            loss,
+            clipped=clipped & mask.bool(),
+            metrics={
+                "adaptive_entropy/coef": self.coef,
+                "adaptive_entropy/enabled": float(self.enabled),
+                "adaptive_entropy/coef_realized": self.realized_coef,
+            },
+        )
 
     def extra_loss(self, loss, entropy, mask):
         if entropy is None:
-            raise ValueError("adaptive_entropy needs the per-token entropy: call policy_loss(..., entropy=H) with "
-                             "H (B,T) from harness.entropy_from_logits(logits / temperature), differentiable")
+            raise ValueError(
+                "adaptive_entropy needs the per-token entropy: call policy_loss(..., entropy=H) with "
+                "H (B,T) from harness.entropy_from_logits(logits / temperature), differentiable"
+            )
         return loss - self.realized_coef * ops.agg_loss(entropy, mask, "token-mean")

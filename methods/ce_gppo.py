@@ -27,15 +27,16 @@ class CEGPPO(Method):
 
     beta1: float = hparam(0.75, "gradient scale on clipped tokens with r < 1 - eps_low, A < 0 (7B script)", low=0.0)
     beta2: float = hparam(1.0, "gradient scale on clipped tokens with r > 1 + eps_high, A > 0", low=0.0)
-    clip_ratio_c: float = hparam(10.0, "dual-clip constant c for A < 0 (official scripts: 10)", low=1.0,
-                                 low_open=True)
+    clip_ratio_c: float = hparam(10.0, "dual-clip constant c for A < 0 (official scripts: 10)", low=1.0, low_open=True)
 
     def per_token_loss(self, log_probs, old_log_probs, advantages, mask, **_):
         ratio = torch.exp(log_probs - old_log_probs)
         unit = ratio / ratio.detach()  # value 1, gradient grad log pi
         low = (ratio < 1.0 - self.eps_low) & (advantages < 0)
         high = (ratio > 1.0 + self.eps_high) & (advantages > 0)
-        loss = torch.where(low, -self.beta1 * (1.0 - self.eps_low) * unit * advantages,
-                           torch.where(high, -self.beta2 * (1.0 + self.eps_high) * unit * advantages,
-                                       -ratio * advantages))
+        loss = torch.where(
+            low,
+            -self.beta1 * (1.0 - self.eps_low) * unit * advantages,
+            torch.where(high, -self.beta2 * (1.0 + self.eps_high) * unit * advantages, -ratio * advantages),
+        )
         return TokenLoss(dual_clip(loss, advantages, self.clip_ratio_c), clipped=(low | high) & mask.bool())

@@ -33,8 +33,9 @@ class CISPO(Method):
 
     eps_low: float = hparam(10.0, "verl convention: weight >= 1 - eps_low (verl example: 10 = no floor)", low=0.0)
     eps_high: float = hparam(0.2, "verl: weight <= 1 + eps_high; trl: weight <= eps_high (absolute cap)", low=0.0)
-    convention: str = hparam("verl", "how eps bounds the IS weight: verl (1 +/- eps) or trl (absolute cap)",
-                             choices=CONVENTIONS)
+    convention: str = hparam(
+        "verl", "how eps bounds the IS weight: verl (1 +/- eps) or trl (absolute cap)", choices=CONVENTIONS
+    )
 
     def per_token_loss(self, log_probs, old_log_probs, advantages, mask, **_):
         log_ratio = log_probs - old_log_probs
@@ -44,5 +45,8 @@ class CISPO(Method):
         floor, cap = cispo_bounds(self.convention, self.eps_low, self.eps_high)
         weight = ratio.clamp(min=floor, max=cap)
         loss = -weight * advantages * log_probs
-        return TokenLoss(loss, clipped=(weight != ratio) & mask.bool(),
-                         metrics={"cispo/weight_mean": float((weight * mask).sum() / mask.sum().clamp_min(1))})
+        return TokenLoss(
+            loss,
+            clipped=(weight != ratio) & mask.bool(),
+            metrics={"cispo/weight_mean": float((weight * mask).sum() / mask.sum().clamp_min(1))},
+        )

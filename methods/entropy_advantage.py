@@ -49,4 +49,3 @@ class EntropyAdvantage(Method):
     """GRPO advantages + min(alpha H, |A|/kappa) per token (alpha 0.4, kappa 2, unverified) + PPO clip 0.2/0.2."""
 
     advantage: str = hparam("entropy_advantage", "advantage estimator (see harness.list_advantages())")
-

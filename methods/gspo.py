@@ -35,10 +35,12 @@ class GSPO(Method):
 
     eps_low: float = hparam(3e-4, "sequence ratio >= 1 - eps_low (GSPO paper: 3e-4)", low=0.0)
     eps_high: float = hparam(4e-4, "sequence ratio <= 1 + eps_high (GSPO paper: 4e-4)", low=0.0)
-    agg: str = hparam("seq-mean-token-mean", "loss aggregation (verl/OpenRLHF force seq-mean-token-mean)",
-                      choices=ops.AGG_MODES)
-    level: str = hparam("sequence", "sequence: gradient through s_i (TRL, OpenRLHF); token: GSPO-token (verl)",
-                        choices=LEVELS)
+    agg: str = hparam(
+        "seq-mean-token-mean", "loss aggregation (verl/OpenRLHF force seq-mean-token-mean)", choices=ops.AGG_MODES
+    )
+    level: str = hparam(
+        "sequence", "sequence: gradient through s_i (TRL, OpenRLHF); token: GSPO-token (verl)", choices=LEVELS
+    )
 
     def per_token_loss(self, log_probs, old_log_probs, advantages, mask, **_):
         seq = sequence_log_ratio(log_probs, old_log_probs, mask)
@@ -50,5 +52,8 @@ class GSPO(Method):
         l1 = -advantages * s
         l2 = -advantages * torch.clamp(s, 1.0 - self.eps_low, 1.0 + self.eps_high)
         loss = torch.maximum(l1, l2)
-        return TokenLoss(loss, clipped=(l2 > l1) & mask.bool(),
-                         metrics={"gspo/seq_ratio_mean": float(seq.detach().exp().mean()) if seq.numel() else 0.0})
+        return TokenLoss(
+            loss,
+            clipped=(l2 > l1) & mask.bool(),
+            metrics={"gspo/seq_ratio_mean": float(seq.detach().exp().mean()) if seq.numel() else 0.0},
+        )

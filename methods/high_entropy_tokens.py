@@ -36,19 +36,24 @@ class HighEntropyTokens(Method):
 
     needs_entropy = True
     eps_high: float = hparam(0.28, "PPO clip: ratio <= 1 + eps_high (official: 0.28)", low=0.0)
-    rho: float = hparam(0.2, "fraction of valid tokens kept, by entropy (official top_ratio 0.2)", low=0.0,
-                        high=1.0, low_open=True)
-    normalize: str = hparam("selected", "loss denominator: selected tokens (official code) or all (paper, TRL)",
-                            choices=("selected", "all"))
-    scope: str = hparam("micro_batch", "selection population: micro_batch (official) or global (mini-batch, ranks)",
-                        choices=SCOPES)
+    rho: float = hparam(
+        0.2, "fraction of valid tokens kept, by entropy (official top_ratio 0.2)", low=0.0, high=1.0, low_open=True
+    )
+    normalize: str = hparam(
+        "selected", "loss denominator: selected tokens (official code) or all (paper, TRL)", choices=("selected", "all")
+    )
+    scope: str = hparam(
+        "micro_batch", "selection population: micro_batch (official) or global (mini-batch, ranks)", choices=SCOPES
+    )
     clip_ratio_c: float = hparam(10.0, "dual-clip constant for A < 0 (official script: 10)", low=1.0, low_open=True)
 
     def __post_init__(self):
         super().__post_init__()
         if self.agg != "token-mean":
-            raise ValueError(f"high_entropy_tokens: agg={self.agg!r}; the official loss is token-mean "
-                             f"(normalize= chooses its denominator)")
+            raise ValueError(
+                f"high_entropy_tokens: agg={self.agg!r}; the official loss is token-mean "
+                f"(normalize= chooses its denominator)"
+            )
         self._plan_fraction = None  # selected / valid over the last global plan's mini-batch
 
     @property

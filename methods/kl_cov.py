@@ -20,11 +20,13 @@ from harness.selection import top_k_mask
 class KLCov(CovarianceMethod):
     """GRPO advantages; unclipped policy gradient; beta * |log r| on the top-k covariance tokens."""
 
-    k_ratio: float = hparam(2e-3, "fraction of valid tokens penalised (top covariance), at least 1",
-                            low=0.0, high=1.0, low_open=True)
+    k_ratio: float = hparam(
+        2e-3, "fraction of valid tokens penalised (top covariance), at least 1", low=0.0, high=1.0, low_open=True
+    )
     beta: float = hparam(1.0, "coefficient of |log pi - log pi_old| on the selected tokens", low=0.0)
-    beta_schedule: str = hparam("constant", "constant, or linear anneal to 0 over anneal_steps",
-                                choices=("constant", "linear"))
+    beta_schedule: str = hparam(
+        "constant", "constant, or linear anneal to 0 over anneal_steps", choices=("constant", "linear")
+    )
     anneal_steps: int = hparam(1000, "steps of the linear beta anneal", low=1)
 
     def beta_at(self, step: int) -> float:
@@ -39,8 +41,7 @@ class KLCov(CovarianceMethod):
         ranked = cov.masked_fill(~mask.bool(), -torch.inf).flatten()  # padding can never win; no compaction copy
         return top_k_mask(ranked, k, active).view(mask.shape)
 
-    def per_token_loss(self, log_probs, old_log_probs, advantages, mask, *, step=0, generator=None, selected=None,
-                       **_):
+    def per_token_loss(self, log_probs, old_log_probs, advantages, mask, *, step=0, generator=None, selected=None, **_):
         log_ratio = log_probs - old_log_probs
         if selected is not None:  # the backend's mini-batch plan, sliced to these rows
             chosen = selected & mask.bool()
@@ -49,5 +50,10 @@ class KLCov(CovarianceMethod):
                 chosen = self.selection_rule(log_probs.detach(), old_log_probs, advantages, mask, generator)
         beta = self.beta_at(step)
         loss = -advantages * torch.exp(log_ratio) + beta * log_ratio.abs() * chosen.to(log_ratio.dtype)
-        return TokenLoss(loss, clipped=None, selected=chosen, log_ratio=log_ratio,  # no PPO clip: clipfrac is 0
-                         metrics={"kl_cov/beta": beta})
+        return TokenLoss(
+            loss,
+            clipped=None,
+            selected=chosen,
+            log_ratio=log_ratio,  # no PPO clip: clipfrac is 0
+            metrics={"kl_cov/beta": beta},
+        )

@@ -27,8 +27,9 @@ class SAPO(Method):
 
     tau_pos: float = hparam(1.0, "gate temperature where A > 0", low=0.0, low_open=True)
     tau_neg: float = hparam(1.05, "gate temperature where A <= 0", low=0.0, low_open=True)
-    agg: str = hparam("seq-mean-token-mean", "loss aggregation (verl forces seq-mean-token-mean)",
-                      choices=ops.AGG_MODES)
+    agg: str = hparam(
+        "seq-mean-token-mean", "loss aggregation (verl forces seq-mean-token-mean)", choices=ops.AGG_MODES
+    )
 
     def per_token_loss(self, log_probs, old_log_probs, advantages, mask, **_):
         ratio = torch.exp((log_probs - old_log_probs).clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP))

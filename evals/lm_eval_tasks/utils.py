@@ -8,4 +8,4 @@ from evals.lm_eval_bridge import load_docs, process_results  # noqa: F401
 from evals.suites import SUITES
 
 for _name in SUITES.names():
-    globals()[f"load_{_name}"] = (lambda n: (lambda **meta: load_docs(n, **meta)))(_name)
+    globals()[f"load_{_name}"] = (lambda n: lambda **meta: load_docs(n, **meta))(_name)

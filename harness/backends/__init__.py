@@ -21,8 +21,10 @@ def get_backend(name: str):
     try:
         obj = BACKENDS.get(name)
     except UnknownNameError:
-        raise ConfigError(f"backend: {name!r} is not allowed.{suggestion(name, BACKENDS.names())} "
-                          f"Allowed: {', '.join(BACKENDS.names())}") from None
+        raise ConfigError(
+            f"backend: {name!r} is not allowed.{suggestion(name, BACKENDS.names())} "
+            f"Allowed: {', '.join(BACKENDS.names())}"
+        ) from None
     return obj() if isinstance(obj, type) else obj
 
 

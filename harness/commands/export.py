@@ -30,8 +30,10 @@ def export_run(run_dir: str | os.PathLike, out: str | os.PathLike) -> Path:
         raise FileNotFoundError(f"{run_dir}: not a run directory (no config.yaml)")
     cfg = load_config(yaml.safe_load((run_dir / "config.yaml").read_text()))
     if cfg.backend != "pocket":
-        raise ValueError(f"{run_dir}: backend {cfg.backend!r}; export makes model directories of pocket runs (an "
-                         f"OpenRLHF run saves its own Hugging Face checkpoint)")
+        raise ValueError(
+            f"{run_dir}: backend {cfg.backend!r}; export makes model directories of pocket runs (an "
+            f"OpenRLHF run saves its own Hugging Face checkpoint)"
+        )
     ckpt = run_dir / "checkpoints" / "latest.pt"
     if not ckpt.is_file():
         raise FileNotFoundError(f"{run_dir}: no checkpoint ({ckpt}) to export; train the run first")
@@ -51,12 +53,25 @@ def export_run(run_dir: str | os.PathLike, out: str | os.PathLike) -> Path:
     model.save_pretrained(out)
     tok.save_pretrained(out)
     ec = cfg.eval
-    atomic_write_json(out / MODEL_SUITE_FILE, {
-        "suite": task_label(cfg.task.name), "task": cfg.task.name, "options": cfg.task.options,
-        "test_size": cfg.task.test_size, "max_problems": ec.max_problems,
-        "protocol": {"n_samples": ec.n_samples, "temperature": ec.temperature, "top_p": ec.top_p,
-                     "max_tokens": ec.max_new_tokens or cfg.train.max_new_tokens},
-        "run_id": cfg.run_id(), "step": int(blob["step"]), "method": cfg.method_name})
+    atomic_write_json(
+        out / MODEL_SUITE_FILE,
+        {
+            "suite": task_label(cfg.task.name),
+            "task": cfg.task.name,
+            "options": cfg.task.options,
+            "test_size": cfg.task.test_size,
+            "max_problems": ec.max_problems,
+            "protocol": {
+                "n_samples": ec.n_samples,
+                "temperature": ec.temperature,
+                "top_p": ec.top_p,
+                "max_tokens": ec.max_new_tokens or cfg.train.max_new_tokens,
+            },
+            "run_id": cfg.run_id(),
+            "step": int(blob["step"]),
+            "method": cfg.method_name,
+        },
+    )
     return out
 
 
@@ -69,9 +84,12 @@ def handle(args) -> int:
 
 
 def register(sub) -> None:
-    p = sub.add_parser("export", help="a trained pocket run as a Hugging Face model directory (for harness eval)",
-                       description="Write the run's last checkpoint as a model directory (weights, tokenizer, and "
-                                   "its task as an eval suite named like the run's own eval).")
+    p = sub.add_parser(
+        "export",
+        help="a trained pocket run as a Hugging Face model directory (for harness eval)",
+        description="Write the run's last checkpoint as a model directory (weights, tokenizer, and "
+        "its task as an eval suite named like the run's own eval).",
+    )
     p.add_argument("run_dir", help="run directory (holds config.yaml and checkpoints/)")
     p.add_argument("--out", required=True, help="new folder for the model directory")
     p.set_defaults(func=handle)

@@ -43,12 +43,23 @@ def handle(args) -> int:
 
 
 def register(sub) -> None:
-    p = sub.add_parser("train", help="train one run from a run config (YAML)",
-                       description="Train one run into a run directory: config.yaml, metrics.jsonl, eval/, "
-                                   "checkpoints/, result.json (written last). A rerun resumes from the checkpoint.")
+    p = sub.add_parser(
+        "train",
+        help="train one run from a run config (YAML)",
+        description="Train one run into a run directory: config.yaml, metrics.jsonl, eval/, "
+        "checkpoints/, result.json (written last). A rerun resumes from the checkpoint.",
+    )
     p.add_argument("config", help="run config YAML (see docs/pocket.md)")
-    p.add_argument("overrides", nargs="*", metavar="key=value", help="override config keys, e.g. train.steps=5 method.name=kl_cov")
+    p.add_argument(
+        "overrides", nargs="*", metavar="key=value", help="override config keys, e.g. train.steps=5 method.name=kl_cov"
+    )
     p.add_argument("--run-dir", help="run directory (default: runs/<method>-<model>-<task>-s<seed>-<id>)")
-    p.add_argument("--force", action="store_true", help="replace a run dir holding a different config (old files moved to replaced/)")
-    p.add_argument("--dry-run", action="store_true", help="validate and print the resolved config and launch command; run nothing")
+    p.add_argument(
+        "--force",
+        action="store_true",
+        help="replace a run dir holding a different config (old files moved to replaced/)",
+    )
+    p.add_argument(
+        "--dry-run", action="store_true", help="validate and print the resolved config and launch command; run nothing"
+    )
     p.set_defaults(func=handle)

@@ -29,12 +29,12 @@ MIN_LEFT_S = 20.0
 class Context:
     """What every check gets: the device under test, the size preset, the output folder and the log."""
 
-    device: str            # "cuda" on the GPU machine; "cpu" with --cpu (the CPU stands in for the device)
-    small: bool            # --cpu: every check at small sizes
+    device: str  # "cuda" on the GPU machine; "cpu" with --cpu (the CPU stands in for the device)
+    small: bool  # --cpu: every check at small sizes
     out: Path
     log_file: object = None
     t0: float = field(default_factory=time.time)
-    budget_s: float = 450.0   # the whole run; a check that would start past it is skipped, long ones stop early
+    budget_s: float = 450.0  # the whole run; a check that would start past it is skipped, long ones stop early
 
     def left(self) -> float:
         """Seconds left of the budget."""
@@ -84,15 +84,25 @@ def write_report(out: Path, report: dict) -> Path:
 
 
 def run_checks(ctx: Context, only=CHECKS) -> dict:
-    report = {"schema_version": SCHEMA_VERSION, "mode": "cpu" if ctx.small else "device", "device": ctx.device,
-              "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "host": platform.node(),
-              "python": platform.python_version(), "argv": sys.argv[1:], "checks": {}}
+    report = {
+        "schema_version": SCHEMA_VERSION,
+        "mode": "cpu" if ctx.small else "device",
+        "device": ctx.device,
+        "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "host": platform.node(),
+        "python": platform.python_version(),
+        "argv": sys.argv[1:],
+        "checks": {},
+    }
     for name in only:
         ctx.log(f"== {name}")
         t0 = time.time()
         if ctx.left() < MIN_LEFT_S:
-            report["checks"][name] = {"status": "skipped", "wall_s": 0.0,
-                                      "reason": f"time budget: {ctx.left():.0f}s of --budget {ctx.budget_s:.0f}s left"}
+            report["checks"][name] = {
+                "status": "skipped",
+                "wall_s": 0.0,
+                "reason": f"time budget: {ctx.left():.0f}s of --budget {ctx.budget_s:.0f}s left",
+            }
             ctx.log(f"{name}: skipped ({report['checks'][name]['reason']})")
             write_report(ctx.out, report)
             continue
@@ -112,14 +122,20 @@ def run_checks(ctx: Context, only=CHECKS) -> dict:
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(prog="python -m harness.devicecheck",
-                                description="GPU checks of the harness; writes device_check.json + .log (docs/gpu.md)")
+    p = argparse.ArgumentParser(
+        prog="python -m harness.devicecheck",
+        description="GPU checks of the harness; writes device_check.json + .log (docs/gpu.md)",
+    )
     p.add_argument("--out", required=True, help="output folder (created)")
     p.add_argument("--cpu", action="store_true", help="small sizes, the CPU standing in for the device")
     p.add_argument("--device", default=None, help="device under test (default: cuda, or cpu with --cpu)")
     p.add_argument("--only", default=",".join(CHECKS), help=f"comma-separated subset of {','.join(CHECKS)}")
-    p.add_argument("--budget", type=float, default=450.0,
-                   help="seconds for the whole run (default 450): later checks are skipped, long ones cut short")
+    p.add_argument(
+        "--budget",
+        type=float,
+        default=450.0,
+        help="seconds for the whole run (default 450): later checks are skipped, long ones cut short",
+    )
     args = p.parse_args(argv)
     only = [c.strip() for c in args.only.split(",") if c.strip()]
     unknown = [c for c in only if c not in CHECKS]
@@ -133,8 +149,11 @@ def main(argv=None) -> int:
     import torch
 
     if device.startswith("cuda") and not torch.cuda.is_available():
-        print(f"error: --device {device}: torch {torch.__version__} sees no CUDA device here; "
-              f"use --cpu for the small CPU run", file=sys.stderr)
+        print(
+            f"error: --device {device}: torch {torch.__version__} sees no CUDA device here; "
+            f"use --cpu for the small CPU run",
+            file=sys.stderr,
+        )
         return 2
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -142,8 +161,10 @@ def main(argv=None) -> int:
         ctx = Context(device=device, small=args.cpu, out=out, log_file=log_file, budget_s=args.budget)
         ctx.log(f"device check: device={device} sizes={'small (--cpu)' if args.cpu else 'full'} out={out}")
         report = run_checks(ctx, only)
-        ctx.log(f"done in {report['wall_s']}s: " + ", ".join(f"{s}: {', '.join(v) or '-'}"
-                                                          for s, v in report["summary"].items()))
+        ctx.log(
+            f"done in {report['wall_s']}s: "
+            + ", ".join(f"{s}: {', '.join(v) or '-'}" for s, v in report["summary"].items())
+        )
     return 0 if not (report["summary"]["fail"] or report["summary"]["error"]) else 1
 
 
@@ -158,9 +179,12 @@ def compare(got, want, rtol: float, atol: float) -> dict:
     diff = (g - w).abs()
     finite = bool(torch.isfinite(g).all() and torch.isfinite(w).all())
     rel = diff / w.abs().clamp_min(1e-12)
-    return {"ok": finite and bool((diff <= atol + rtol * w.abs()).all()),
-            "max_abs": float(diff.max()) if diff.numel() else 0.0,
-            "max_rel": float(rel.max()) if rel.numel() else 0.0, "finite": finite}
+    return {
+        "ok": finite and bool((diff <= atol + rtol * w.abs()).all()),
+        "max_abs": float(diff.max()) if diff.numel() else 0.0,
+        "max_rel": float(rel.max()) if rel.numel() else 0.0,
+        "finite": finite,
+    }
 
 
 def best_times(fns: dict, repeats: int, sync) -> dict[str, float]:

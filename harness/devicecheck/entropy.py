@@ -45,9 +45,15 @@ def one_dtype(dtype, rows: int, vocab: int, device: str, repeats: int, sync) -> 
         ref = logsumexp_route(z.float()).cpu()
         got = {"chunked": entropy_from_logits(z).float().cpu(), "logsumexp": logsumexp_route(z).float().cpu()}
     routes = {"chunked": entropy_from_logits, "logsumexp": logsumexp_route}
-    out = {"dtype": str(dtype).replace("torch.", ""), "rows": rows, "vocab": vocab,
-           "logits_mib": round(z.numel() * z.element_size() / 2**20, 1), "routes": {}}
+    out = {
+        "dtype": str(dtype).replace("torch.", ""),
+        "rows": rows,
+        "vocab": vocab,
+        "logits_mib": round(z.numel() * z.element_size() / 2**20, 1),
+        "routes": {},
+    }
     for name, fn in routes.items():
+
         def fwd(fn=fn):
             with torch.no_grad():
                 fn(z)
@@ -59,17 +65,22 @@ def one_dtype(dtype, rows: int, vocab: int, device: str, repeats: int, sync) -> 
             fn(zg).float().sum().backward()
 
         err = (got[name] - ref).abs().max().item()
-        out["routes"][name] = {"max_abs_err_vs_fp32": err, "value_ok": err <= VALUE_ATOL[dtype],
-                               "fwd_peak_extra_mib": _mib(_peak_extra(fwd, device)),
-                               "fwd_bwd_peak_extra_mib": _mib(_peak_extra(fwd_bwd, device))}
+        out["routes"][name] = {
+            "max_abs_err_vs_fp32": err,
+            "value_ok": err <= VALUE_ATOL[dtype],
+            "fwd_peak_extra_mib": _mib(_peak_extra(fwd, device)),
+            "fwd_bwd_peak_extra_mib": _mib(_peak_extra(fwd_bwd, device)),
+        }
         t = best_times({"fwd": fwd, "fwd_bwd": fwd_bwd}, repeats, sync)
         out["routes"][name].update(fwd_s=round(t["fwd"], 6), fwd_bwd_s=round(t["fwd_bwd"], 6))
         del zg
-    c, l = out["routes"]["chunked"], out["routes"]["logsumexp"]
+    c, ref = out["routes"]["chunked"], out["routes"]["logsumexp"]
     out["ratios_chunked_to_logsumexp"] = {
-        "fwd_time": round(c["fwd_s"] / l["fwd_s"], 3), "fwd_bwd_time": round(c["fwd_bwd_s"] / l["fwd_bwd_s"], 3),
-        "fwd_peak_memory": _ratio(c["fwd_peak_extra_mib"], l["fwd_peak_extra_mib"]),
-        "fwd_bwd_peak_memory": _ratio(c["fwd_bwd_peak_extra_mib"], l["fwd_bwd_peak_extra_mib"])}
+        "fwd_time": round(c["fwd_s"] / ref["fwd_s"], 3),
+        "fwd_bwd_time": round(c["fwd_bwd_s"] / ref["fwd_bwd_s"], 3),
+        "fwd_peak_memory": _ratio(c["fwd_peak_extra_mib"], ref["fwd_peak_extra_mib"]),
+        "fwd_bwd_peak_memory": _ratio(c["fwd_bwd_peak_extra_mib"], ref["fwd_bwd_peak_extra_mib"]),
+    }
     if device.startswith("cuda"):
         del z
         torch.cuda.empty_cache()
@@ -87,14 +98,20 @@ def _ratio(a, b):
 def check(ctx) -> dict:
     size = "small" if ctx.small else "full"
     rows, vocab = SIZES[size]
-    res = {"status": "ok", "value_atol_nats": {str(k).replace("torch.", ""): v for k, v in VALUE_ATOL.items()},
-           "memory_measured": ctx.device.startswith("cuda"), "results": []}
+    res = {
+        "status": "ok",
+        "value_atol_nats": {str(k).replace("torch.", ""): v for k, v in VALUE_ATOL.items()},
+        "memory_measured": ctx.device.startswith("cuda"),
+        "results": [],
+    }
     for dtype in (torch.bfloat16, torch.float32):
         r = one_dtype(dtype, rows, vocab, ctx.device, REPEATS[size], ctx.sync)
         res["results"].append(r)
         q = r["ratios_chunked_to_logsumexp"]
-        ctx.log(f"{r['dtype']} {rows}x{vocab}: time fwd {q['fwd_time']}x, fwd+bwd {q['fwd_bwd_time']}x; "
-                f"peak memory fwd {q['fwd_peak_memory']}x, fwd+bwd {q['fwd_bwd_peak_memory']}x of the logsumexp route")
+        ctx.log(
+            f"{r['dtype']} {rows}x{vocab}: time fwd {q['fwd_time']}x, fwd+bwd {q['fwd_bwd_time']}x; "
+            f"peak memory fwd {q['fwd_peak_memory']}x, fwd+bwd {q['fwd_bwd_peak_memory']}x of the logsumexp route"
+        )
     # only the harness route is held to the tolerance; the logsumexp route's own error is reported
     bad = [r["dtype"] for r in res["results"] if not r["routes"]["chunked"]["value_ok"]]
     if bad:

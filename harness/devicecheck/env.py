@@ -8,14 +8,49 @@ import subprocess
 import sys
 
 # optional packages the harness or the OpenRLHF path can use; the GPU machine promises none of them
-OPTIONAL = ("submitit", "math_verify", "latex2sympy2_extended", "antlr4", "lm_eval", "datasets", "scipy", "gguf",
-            "tensorboard", "wandb", "accelerate", "safetensors", "pandas", "seaborn", "yaml", "tqdm", "pytest",
-            "pytest_timeout", "peft", "deepspeed", "pydantic", "pylatexenc", "torchdata", "aiohttp", "ray", "vllm",
-            "flash_attn", "openrlhf")
+OPTIONAL = (
+    "submitit",
+    "math_verify",
+    "latex2sympy2_extended",
+    "antlr4",
+    "lm_eval",
+    "datasets",
+    "scipy",
+    "gguf",
+    "tensorboard",
+    "wandb",
+    "accelerate",
+    "safetensors",
+    "pandas",
+    "seaborn",
+    "yaml",
+    "tqdm",
+    "pytest",
+    "pytest_timeout",
+    "peft",
+    "deepspeed",
+    "pydantic",
+    "pylatexenc",
+    "torchdata",
+    "aiohttp",
+    "ray",
+    "vllm",
+    "flash_attn",
+    "openrlhf",
+)
 # harness entry points: which of them import with the packages present
-HARNESS_MODULES = ("harness", "harness.runner", "harness.backends.pocket.trainer", "harness.cli",
-                   "harness.sweeps.cli", "harness.sweeps.submit", "evals.math_grader", "evals.metrics",
-                   "harness.results.table", "harness.backends.openrlhf.plugin")
+HARNESS_MODULES = (
+    "harness",
+    "harness.runner",
+    "harness.backends.pocket.trainer",
+    "harness.cli",
+    "harness.sweeps.cli",
+    "harness.sweeps.submit",
+    "evals.math_grader",
+    "evals.metrics",
+    "harness.results.table",
+    "harness.backends.openrlhf.plugin",
+)
 
 PROBE = r"""
 import importlib, importlib.metadata as md, json, sys, time
@@ -67,23 +102,37 @@ def check(ctx) -> dict:
     import torch
     import transformers
 
-    res = {"status": "ok", "device": ctx.device, "python": sys.version.split()[0], "torch": torch.__version__,
-           "transformers": transformers.__version__, "cuda_available": torch.cuda.is_available(),
-           "torch_cuda": torch.version.cuda, "cpu_threads": torch.get_num_threads()}
+    res = {
+        "status": "ok",
+        "device": ctx.device,
+        "python": sys.version.split()[0],
+        "torch": torch.__version__,
+        "transformers": transformers.__version__,
+        "cuda_available": torch.cuda.is_available(),
+        "torch_cuda": torch.version.cuda,
+        "cpu_threads": torch.get_num_threads(),
+    }
     if ctx.device.startswith("cuda"):
         props = torch.cuda.get_device_properties(ctx.device)
-        res.update(gpu_name=props.name, gpu_capability=f"{props.major}.{props.minor}",
-                   gpu_memory_gib=round(props.total_memory / 2**30, 1), gpu_multiprocessors=props.multi_processor_count,
-                   cudnn=torch.backends.cudnn.version(), tf32_matmul=torch.backends.cuda.matmul.allow_tf32)
+        res.update(
+            gpu_name=props.name,
+            gpu_capability=f"{props.major}.{props.minor}",
+            gpu_memory_gib=round(props.total_memory / 2**30, 1),
+            gpu_multiprocessors=props.multi_processor_count,
+            cudnn=torch.backends.cudnn.version(),
+            tf32_matmul=torch.backends.cuda.matmul.allow_tf32,
+        )
     imports = probe_imports(OPTIONAL + HARNESS_MODULES)
     res["packages"] = {n: imports[n] for n in OPTIONAL}
     res["harness_modules"] = {n: imports[n] for n in HARNESS_MODULES}
     res["missing_packages"] = [n for n in OPTIONAL if not imports[n]["ok"]]
     res["harness_modules_failing"] = {n: imports[n]["error"] for n in HARNESS_MODULES if not imports[n]["ok"]}
     res["cli"] = probe_cli()
-    ctx.log(f"torch {torch.__version__}, transformers {transformers.__version__}, "
-            f"{res.get('gpu_name', 'no GPU')}; missing: {', '.join(res['missing_packages']) or 'none'}; "
-            f"`python -m harness methods`: {'ok' if res['cli']['ok'] else res['cli']['error']}")
+    ctx.log(
+        f"torch {torch.__version__}, transformers {transformers.__version__}, "
+        f"{res.get('gpu_name', 'no GPU')}; missing: {', '.join(res['missing_packages']) or 'none'}; "
+        f"`python -m harness methods`: {'ok' if res['cli']['ok'] else res['cli']['error']}"
+    )
     # the checks below need these; anything else missing is reported, not fatal
     core = ("harness", "harness.runner", "harness.backends.pocket.trainer")
     bad = [n for n in core if not imports[n]["ok"]]

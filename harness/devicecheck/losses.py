@@ -14,9 +14,9 @@ import torch
 import harness
 from harness.devicecheck.core import best_times, compare
 
-RTOL, ATOL = 1e-5, 1e-6          # loss and gradients, fp32 (reduction order differs on the device)
+RTOL, ATOL = 1e-5, 1e-6  # loss and gradients, fp32 (reduction order differs on the device)
 METRIC_RTOL, METRIC_ATOL = 1e-4, 1e-6
-AGREE_SIZE = {"full": (256, 1024), "small": (16, 64)}                        # (B, T) for the agreement part
+AGREE_SIZE = {"full": (256, 1024), "small": (16, 64)}  # (B, T) for the agreement part
 TIMING_SIZES = {"full": [(512, 2048), (8192, 2048)], "small": [(16, 128), (64, 256)]}  # 1M and 16M tokens
 REPEATS = {"full": 5, "small": 2}
 
@@ -39,24 +39,37 @@ def run_loss(name: str, x: dict, device: str, generator) -> dict:
     m = harness.get_method(name)
     lp = x["lp"].to(device).clone().requires_grad_()
     ent = x["ent"].to(device).clone().requires_grad_() if m.needs_entropy else None
-    out = m.policy_loss(lp, x["old"].to(device), x["adv"].to(device), x["mask"].to(device), entropy=ent, step=0,
-                        generator=generator)
+    out = m.policy_loss(
+        lp, x["old"].to(device), x["adv"].to(device), x["mask"].to(device), entropy=ent, step=0, generator=generator
+    )
     out.loss.backward()
-    return {"loss": out.loss.detach().cpu(), "grad": lp.grad.detach().cpu(),
-            "grad_entropy": ent.grad.detach().cpu() if ent is not None else None, "metrics": out.metrics}
+    return {
+        "loss": out.loss.detach().cpu(),
+        "grad": lp.grad.detach().cpu(),
+        "grad_entropy": ent.grad.detach().cpu() if ent is not None else None,
+        "metrics": out.metrics,
+    }
 
 
 def agree(name: str, x: dict, device: str) -> dict:
     cpu = run_loss(name, x, "cpu", torch.Generator().manual_seed(1))
     dev = run_loss(name, x, device, torch.Generator().manual_seed(1))
-    res = {"loss_cpu": float(cpu["loss"]), "loss_device": float(dev["loss"]),
-           "loss": compare(dev["loss"], cpu["loss"], RTOL, ATOL), "grad": compare(dev["grad"], cpu["grad"], RTOL, ATOL)}
+    res = {
+        "loss_cpu": float(cpu["loss"]),
+        "loss_device": float(dev["loss"]),
+        "loss": compare(dev["loss"], cpu["loss"], RTOL, ATOL),
+        "grad": compare(dev["grad"], cpu["grad"], RTOL, ATOL),
+    }
     if cpu["grad_entropy"] is not None:
         res["grad_entropy"] = compare(dev["grad_entropy"], cpu["grad_entropy"], RTOL, ATOL)
     keys = sorted(set(cpu["metrics"]) | set(dev["metrics"]))
-    bad = {k: (cpu["metrics"].get(k), dev["metrics"].get(k)) for k in keys
-           if k not in cpu["metrics"] or k not in dev["metrics"]
-           or not compare(dev["metrics"][k], cpu["metrics"][k], METRIC_RTOL, METRIC_ATOL)["ok"]}
+    bad = {
+        k: (cpu["metrics"].get(k), dev["metrics"].get(k))
+        for k in keys
+        if k not in cpu["metrics"]
+        or k not in dev["metrics"]
+        or not compare(dev["metrics"][k], cpu["metrics"][k], METRIC_RTOL, METRIC_ATOL)["ok"]
+    }
     res["metrics_differing"] = {k: {"cpu": c, "device": d} for k, (c, d) in bad.items()}
     res["selected_count"] = cpu["metrics"].get("selected/count")
     res["ok"] = res["loss"]["ok"] and res["grad"]["ok"] and res.get("grad_entropy", {"ok": True})["ok"] and not bad
@@ -70,17 +83,25 @@ def clip_cov_device_generator(x: dict, device: str) -> dict:
     try:
         dev = run_loss("clip_cov", x, device, torch.Generator(device=device).manual_seed(1))
     except RuntimeError as e:
-        return {"generator_device": device, "supported": False, "error": f"RuntimeError: {e}"[:500],
-                "note": "Clip-Cov's draw (harness.selection.random_subset_mask) cannot take a generator on this "
-                        "device; the pocket backend and the OpenRLHF plug-in pass CPU generators"}
+        return {
+            "generator_device": device,
+            "supported": False,
+            "error": f"RuntimeError: {e}"[:500],
+            "note": "Clip-Cov's draw (harness.selection.random_subset_mask) cannot take a generator on this "
+            "device; the pocket backend and the OpenRLHF plug-in pass CPU generators",
+        }
     valid = x["mask"].bool()
     zero_cpu, zero_dev = (cpu["grad"] == 0) & valid, (dev["grad"] == 0) & valid  # detached tokens have no gradient
-    return {"generator_device": device, "supported": True, "selected_count_cpu": cpu["metrics"]["selected/count"],
-            "selected_count_device": dev["metrics"]["selected/count"],
-            "count_equal": cpu["metrics"]["selected/count"] == dev["metrics"]["selected/count"],
-            "same_tokens_as_cpu_generator": bool(torch.equal(zero_cpu, zero_dev)),
-            "note": "a device generator draws torch.randperm from the device's RNG stream: the same number of "
-                    "tokens, not the same tokens as the CPU draw (pass a CPU generator for CPU-identical draws)"}
+    return {
+        "generator_device": device,
+        "supported": True,
+        "selected_count_cpu": cpu["metrics"]["selected/count"],
+        "selected_count_device": dev["metrics"]["selected/count"],
+        "count_equal": cpu["metrics"]["selected/count"] == dev["metrics"]["selected/count"],
+        "same_tokens_as_cpu_generator": bool(torch.equal(zero_cpu, zero_dev)),
+        "note": "a device generator draws torch.randperm from the device's RNG stream: the same number of "
+        "tokens, not the same tokens as the CPU draw (pass a CPU generator for CPU-identical draws)",
+    }
 
 
 def timing(device: str, b: int, t: int, repeats: int, sync, methods) -> dict:
@@ -92,8 +113,9 @@ def timing(device: str, b: int, t: int, repeats: int, sync, methods) -> dict:
         def step(m=m):
             lp = x["lp"].clone().requires_grad_()
             e = x["ent"].clone().requires_grad_() if m.needs_entropy else None
-            m.policy_loss(lp, x["old"], x["adv"], x["mask"], entropy=e,
-                          generator=torch.Generator().manual_seed(1)).loss.backward()
+            m.policy_loss(
+                lp, x["old"], x["adv"], x["mask"], entropy=e, generator=torch.Generator().manual_seed(1)
+            ).loss.backward()
 
         fns[name] = step
     peak = {}
@@ -111,8 +133,14 @@ def timing(device: str, b: int, t: int, repeats: int, sync, methods) -> dict:
     for n, p in peak.items():
         rows[n]["peak_extra_mib"] = round(p / 2**20, 1)
         rows[n]["peak_ratio_to_grpo"] = round(p / max(peak["grpo"], 1), 3)
-    return {"batch": b, "seq": t, "tokens": int(x["mask"].sum()), "positions": b * t, "repeats": repeats,
-            "methods": rows}
+    return {
+        "batch": b,
+        "seq": t,
+        "tokens": int(x["mask"].sum()),
+        "positions": b * t,
+        "repeats": repeats,
+        "methods": rows,
+    }
 
 
 def check(ctx) -> dict:
@@ -120,9 +148,17 @@ def check(ctx) -> dict:
     b, t = AGREE_SIZE[size]
     x = make_inputs(b, t)
     methods = harness.list_methods()
-    res = {"status": "ok", "tolerance": {"loss_grad_rtol": RTOL, "loss_grad_atol": ATOL, "metric_rtol": METRIC_RTOL,
-                                         "metric_atol": METRIC_ATOL},
-           "agreement_size": {"batch": b, "seq": t, "tokens": int(x["mask"].sum())}, "methods": {}}
+    res = {
+        "status": "ok",
+        "tolerance": {
+            "loss_grad_rtol": RTOL,
+            "loss_grad_atol": ATOL,
+            "metric_rtol": METRIC_RTOL,
+            "metric_atol": METRIC_ATOL,
+        },
+        "agreement_size": {"batch": b, "seq": t, "tokens": int(x["mask"].sum())},
+        "methods": {},
+    }
     for name in methods:
         try:
             r = agree(name, x, ctx.device)
@@ -130,8 +166,10 @@ def check(ctx) -> dict:
             r = {"ok": False, "error": f"{type(e).__name__}: {e}"[:1000]}
             ctx.log(f"{name}: error: {r['error']}")
         else:
-            ctx.log(f"{name}: loss {r['loss_device']:.6g} vs cpu {r['loss_cpu']:.6g}, grad max rel "
-                    f"{r['grad']['max_rel']:.2e} -> {'ok' if r['ok'] else 'DIFFERS'}")
+            ctx.log(
+                f"{name}: loss {r['loss_device']:.6g} vs cpu {r['loss_cpu']:.6g}, grad max rel "
+                f"{r['grad']['max_rel']:.2e} -> {'ok' if r['ok'] else 'DIFFERS'}"
+            )
         res["methods"][name] = r
     if "clip_cov" in methods:
         res["clip_cov_device_generator"] = clip_cov_device_generator(x, ctx.device)
@@ -152,7 +190,12 @@ def check(ctx) -> dict:
     differ = [n for n, r in res["methods"].items() if not r["ok"] and not r.get("error")]
     if errors or differ:
         res["status"] = "fail"
-        res["reason"] = "; ".join(part for part in (
-            f"raised: {', '.join(errors)}" if errors else "",
-            f"device != CPU beyond tolerance: {', '.join(differ)}" if differ else "") if part)
+        res["reason"] = "; ".join(
+            part
+            for part in (
+                f"raised: {', '.join(errors)}" if errors else "",
+                f"device != CPU beyond tolerance: {', '.join(differ)}" if differ else "",
+            )
+            if part
+        )
     return res

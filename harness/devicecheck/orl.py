@@ -22,8 +22,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 TESTS = ("tests/openrlhf/test_training_step.py", "tests/openrlhf/test_agreement.py")
 WHEELS = ROOT / ".device_wheels"
-TOO_LARGE = {"ray": "ray 2.55.0 (cp312 manylinux2014 wheel: 73,765,215 bytes = 70.3 MiB) exceeds the 64 MiB "
-                    "a device call may carry; stubbed by harness.devicecheck.raystub"}
+TOO_LARGE = {
+    "ray": "ray 2.55.0 (cp312 manylinux2014 wheel: 73,765,215 bytes = 70.3 MiB) exceeds the 64 MiB "
+    "a device call may carry; stubbed by harness.devicecheck.raystub"
+}
 
 PROBE = r"""
 import sys
@@ -48,8 +50,11 @@ def manifest() -> dict:
     if not path.exists():
         return {}
     rows = [line.split("\t") for line in path.read_text().splitlines() if "\t" in line]
-    return {"files": len(rows), "total_mib": round(sum(int(b) for _, b in rows) / 2**20, 2),
-            "wheels": {f: int(b) for f, b in rows}}
+    return {
+        "files": len(rows),
+        "total_mib": round(sum(int(b) for _, b in rows) / 2**20, 2),
+        "wheels": {f: int(b) for f, b in rows},
+    }
 
 
 def python_cmd() -> list[str]:
@@ -58,16 +63,23 @@ def python_cmd() -> list[str]:
 
 def probe() -> dict:
     path = os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep)
-    proc = subprocess.run(python_cmd() + ["-c", PROBE], capture_output=True, text=True, timeout=300, check=False,
-                          env=dict(os.environ, PYTHONPATH=path), cwd=ROOT)
+    proc = subprocess.run(
+        python_cmd() + ["-c", PROBE],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+        env=dict(os.environ, PYTHONPATH=path),
+        cwd=ROOT,
+    )
     out = {"stubbed": [], "imported": [], "missing": None}
     for line in proc.stdout.splitlines():
         if line.startswith("@@stubbed "):
-            out["stubbed"] = [s for s in line[len("@@stubbed "):].split(",") if s]
+            out["stubbed"] = [s for s in line[len("@@stubbed ") :].split(",") if s]
         elif line.startswith("@@ok "):
             out["imported"].append(line[5:])
         elif line.startswith("@@missing "):
-            out["missing"] = line[len("@@missing "):]
+            out["missing"] = line[len("@@missing ") :]
     if out["missing"] is None and len(out["imported"]) < 2:
         out["missing"] = f"probe failed (exit {proc.returncode}): {proc.stderr[-300:]}"
     return out
@@ -81,12 +93,28 @@ def run_suite(ctx) -> dict:
         paths = [str(ROOT), os.environ.get("PYTHONPATH", "")]
         if not raystub.real_ray_importable():  # the dp-rank test's spawned workers import ray too
             paths.insert(1, raystub.write_package(Path(tmp) / "stubs"))
-        env = dict(os.environ, HARNESS_OPENRLHF_TEST_DEVICE=ctx.device, PYTHONUNBUFFERED="1",
-                   PYTHONPATH=os.pathsep.join(paths).rstrip(os.pathsep))
+        env = dict(
+            os.environ,
+            HARNESS_OPENRLHF_TEST_DEVICE=ctx.device,
+            PYTHONUNBUFFERED="1",
+            PYTHONPATH=os.pathsep.join(paths).rstrip(os.pathsep),
+        )
         # addopts cleared: no pytest-timeout needed, and the default "not openrlhf" deselection is gone
-        cmd = python_cmd() + ["-m", "pytest", "-q", "-o", "addopts=", "-p", "no:cacheprovider",
-                              "--import-mode=importlib", "-p", "harness.devicecheck.raystub", f"--junitxml={xml}",
-                              "-rfE", *TESTS]
+        cmd = python_cmd() + [
+            "-m",
+            "pytest",
+            "-q",
+            "-o",
+            "addopts=",
+            "-p",
+            "no:cacheprovider",
+            "--import-mode=importlib",
+            "-p",
+            "harness.devicecheck.raystub",
+            f"--junitxml={xml}",
+            "-rfE",
+            *TESTS,
+        ]
         ctx.log("running: HARNESS_OPENRLHF_TEST_DEVICE=" + ctx.device + " " + " ".join(cmd[1:]))
         try:
             limit = max(10.0, min(360.0, ctx.left() - 5))
@@ -120,8 +148,10 @@ def check(ctx) -> dict:
     res["probe"] = p
     if p["missing"]:
         res["status"] = "skipped"
-        res["reason"] = (f"OpenRLHF path does not import here: {p['missing']}. Ship .device_wheels/ "
-                         f"(scripts/device_wheels.sh) and run through scripts/device_check.sh")
+        res["reason"] = (
+            f"OpenRLHF path does not import here: {p['missing']}. Ship .device_wheels/ "
+            f"(scripts/device_wheels.sh) and run through scripts/device_check.sh"
+        )
         return res
     suite = run_suite(ctx)
     res["suite"] = suite

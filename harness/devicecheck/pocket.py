@@ -27,9 +27,9 @@ import yaml
 import harness
 
 ROOT = Path(__file__).resolve().parents[2]
-BASE = ROOT / "sweeps" / "configs" / "pocket_countdown.yaml"   # the quickstart's shared run settings
-HPARAMS = ROOT / "sweeps" / "quickstart.yaml"                  # the quickstart's method hyperparameters
-RTOL, ATOL = 1e-3, 1e-5   # first-step metrics: after 8 AdamW mini-batch updates, fp32 on both sides
+BASE = ROOT / "sweeps" / "configs" / "pocket_countdown.yaml"  # the quickstart's shared run settings
+HPARAMS = ROOT / "sweeps" / "quickstart.yaml"  # the quickstart's method hyperparameters
+RTOL, ATOL = 1e-3, 1e-5  # first-step metrics: after 8 AdamW mini-batch updates, fp32 on both sides
 SKIP_KEYS = ("time/", "lr")
 
 
@@ -52,8 +52,14 @@ def run_config(method: dict, device: str, small: bool, cache: Path) -> dict:
         # no dynamic filtering (it would drop every all-zero group), small batches
         cfg["model"]["warm_start"] = {"enabled": "false"}
         cfg["task"]["test_size"] = 8
-        cfg["train"].update(steps=2, prompts_per_step=4, samples_per_prompt=4, updates_per_rollout=2,
-                            micro_batch_size=8, dynamic_filtering=False)
+        cfg["train"].update(
+            steps=2,
+            prompts_per_step=4,
+            samples_per_prompt=4,
+            updates_per_rollout=2,
+            micro_batch_size=8,
+            dynamic_filtering=False,
+        )
         cfg["eval"]["max_problems"] = 4
     return cfg
 
@@ -81,8 +87,10 @@ def first_rollout(mode: str, store: dict):
 
     def rollout(self, step, *args, **kwargs):
         if step == 1 and mode == "replay":
-            return {k: (v.to(self.device) if hasattr(v, "to") and not torch.is_tensor(v) else copy.deepcopy(v))
-                    for k, v in store.items()}
+            return {
+                k: (v.to(self.device) if hasattr(v, "to") and not torch.is_tensor(v) else copy.deepcopy(v))
+                for k, v in store.items()
+            }
         out = orig(self, step, *args, **kwargs)
         if step == 1 and mode == "record":
             out = {k: _tokens_only(v) for k, v in out.items()}
@@ -147,23 +155,38 @@ def one_method(name: str, hp: dict, ctx, work: Path) -> dict:
             return dict(res, ok=False, error=f"{side} run (train.device={device}): {type(e).__name__}: {e}"[:1000])
         rows = read_rows(run_dir)
         runs[side] = rows
-        res[side] = {"status": result.get("status"), "steps": len(rows), "s_per_step": step_seconds(rows),
-                     "nonfinite": nonfinite(rows), "train_device": device}
+        res[side] = {
+            "status": result.get("status"),
+            "steps": len(rows),
+            "s_per_step": step_seconds(rows),
+            "nonfinite": nonfinite(rows),
+            "train_device": device,
+        }
         if mode == "record" and not store:
-            raise RuntimeError("PocketTrainer.rollout was not called for step 1: the replay hook no longer fits "
-                               "the pocket trainer (harness.devicecheck.pocket.first_rollout)")
+            raise RuntimeError(
+                "PocketTrainer.rollout was not called for step 1: the replay hook no longer fits "
+                "the pocket trainer (harness.devicecheck.pocket.first_rollout)"
+            )
     res["first_step"] = compare_rows(runs["cpu"][0], runs["device"][0])
     c, d = res["cpu"]["s_per_step"], res["device"]["s_per_step"]
     res["device_to_cpu_time"] = round(d / c, 3) if c and d else None
-    res["ok"] = (res["first_step"]["ok"] and not res["cpu"]["nonfinite"] and not res["device"]["nonfinite"]
-                 and res["cpu"]["status"] == res["device"]["status"] == "completed")
+    res["ok"] = (
+        res["first_step"]["ok"]
+        and not res["cpu"]["nonfinite"]
+        and not res["device"]["nonfinite"]
+        and res["cpu"]["status"] == res["device"]["status"] == "completed"
+    )
     return res
 
 
 def check(ctx) -> dict:
     hps = quickstart_hparams()
-    res = {"status": "ok", "tolerance": {"first_step_rtol": RTOL, "first_step_atol": ATOL},
-           "config": run_config({"name": "grpo"}, ctx.device, ctx.small, Path("<work>/cache")), "methods": {}}
+    res = {
+        "status": "ok",
+        "tolerance": {"first_step_rtol": RTOL, "first_step_atol": ATOL},
+        "config": run_config({"name": "grpo"}, ctx.device, ctx.small, Path("<work>/cache")),
+        "methods": {},
+    }
     with tempfile.TemporaryDirectory(prefix="harness-devicecheck-pocket-") as tmp:
         for name in harness.list_methods():
             if ctx.left() < 30:
@@ -178,18 +201,25 @@ def check(ctx) -> dict:
             if "error" in r:
                 ctx.log(f"{name}: error: {r['error']}")
             else:
-                ctx.log(f"{name}: first step {'equal' if r['first_step']['ok'] else 'DIFFERS'} "
-                        f"(max rel {r['first_step']['max_rel']:.1e} over {r['first_step']['keys_compared']} keys); "
-                        f"s/step cpu {r['cpu']['s_per_step']} device {r['device']['s_per_step']}")
+                ctx.log(
+                    f"{name}: first step {'equal' if r['first_step']['ok'] else 'DIFFERS'} "
+                    f"(max rel {r['first_step']['max_rel']:.1e} over {r['first_step']['keys_compared']} keys); "
+                    f"s/step cpu {r['cpu']['s_per_step']} device {r['device']['s_per_step']}"
+                )
     skipped = [n for n, r in res["methods"].items() if "skipped" in r]
     if skipped:
         res["skipped_methods"] = skipped
-    secs = [(r["cpu"]["s_per_step"], r["device"]["s_per_step"]) for r in res["methods"].values()
-            if "cpu" in r and "device" in r]
+    secs = [
+        (r["cpu"]["s_per_step"], r["device"]["s_per_step"])
+        for r in res["methods"].values()
+        if "cpu" in r and "device" in r
+    ]
     secs = [(c, d) for c, d in secs if c and d]
     if secs:
-        res["mean_s_per_step"] = {"cpu": sum(c for c, _ in secs) / len(secs),
-                                  "device": sum(d for _, d in secs) / len(secs)}
+        res["mean_s_per_step"] = {
+            "cpu": sum(c for c, _ in secs) / len(secs),
+            "device": sum(d for _, d in secs) / len(secs),
+        }
         res["device_to_cpu_time"] = round(res["mean_s_per_step"]["device"] / res["mean_s_per_step"]["cpu"], 3)
     bad = [n for n, r in res["methods"].items() if not r["ok"]]
     if bad:

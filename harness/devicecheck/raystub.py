@@ -19,6 +19,7 @@ import types
 def _unavailable(name: str):
     def fail(*_a, **_k):
         raise RuntimeError(f"{name} is a stub (harness.devicecheck.raystub): Ray is not installed here")
+
     return fail
 
 
@@ -42,16 +43,26 @@ def _module(name: str, **attrs) -> types.ModuleType:
 def populate(ray: types.ModuleType) -> types.ModuleType:
     """Give ``ray`` (a fresh module) the stubbed names and register its stubbed submodules."""
     names = ("get", "put", "wait", "init", "get_gpu_ids", "kill", "shutdown")
-    ray.__dict__.update(__version__="0.0.0-harness-stub", remote=_remote, is_initialized=lambda: False,
-                        ObjectRef=object, __harness_stub__=True, **{n: _unavailable(f"ray.{n}") for n in names})
+    ray.__dict__.update(
+        __version__="0.0.0-harness-stub",
+        remote=_remote,
+        is_initialized=lambda: False,
+        ObjectRef=object,
+        __harness_stub__=True,
+        **{n: _unavailable(f"ray.{n}") for n in names},
+    )
     util = _module("ray.util", placement_group_table=_unavailable("ray.util.placement_group_table"))
     ray.util = util
-    util.placement_group = _module("ray.util.placement_group", PlacementGroup=object,
-                                   placement_group=_unavailable("ray.util.placement_group.placement_group"))
+    util.placement_group = _module(
+        "ray.util.placement_group",
+        PlacementGroup=object,
+        placement_group=_unavailable("ray.util.placement_group.placement_group"),
+    )
     util.scheduling_strategies = _module(
         "ray.util.scheduling_strategies",
         PlacementGroupSchedulingStrategy=_unavailable("PlacementGroupSchedulingStrategy"),
-        NodeAffinitySchedulingStrategy=_unavailable("NodeAffinitySchedulingStrategy"))
+        NodeAffinitySchedulingStrategy=_unavailable("NodeAffinitySchedulingStrategy"),
+    )
     util.queue = _module("ray.util.queue", Queue=_unavailable("ray.util.queue.Queue"))
     util.collective = _module("ray.util.collective")
     ray._private = _module("ray._private")

@@ -5,14 +5,15 @@
     submit_cells(cells, runs_dir, executor="local")
     sweep_status(runs_dir)                     # rebuilt from the cell directories, never from a job id
 
-Modules, one job each (dotted key paths live in ``harness.keypaths``): ``spec`` (parse + validate the YAML), ``resources``
+Modules, one job each (dotted key paths live in ``harness.keypaths``): ``spec`` (parse + validate the YAML),
+``resources``
 (resource keys -> submitit parameters), ``expand`` (grid x zip x seeds - exclude -> cells, ids, aliases),
 ``cells`` (the cell directory: materialise, job records), ``job`` (what runs inside a job), ``submit``
 (job arrays per resource group), ``status`` (pending/running/done/failed from the cell directories and
 the scheduler), ``cli`` (``harness sweep`` and ``harness status``).
 """
 
-from harness.sweeps.spec import SweepSpec, SpecError, load_spec
 from harness.sweeps.expand import Cell, expand
+from harness.sweeps.spec import SpecError, SweepSpec, load_spec
 
 __all__ = ["Cell", "SpecError", "SweepSpec", "expand", "load_spec"]

@@ -73,12 +73,15 @@ def launch_command(config: dict, run_dir: Path) -> str:
 
 def harness_train_command(run_dir: Path) -> str:
     """``python -m harness train <run_dir>/config.yaml --run-dir <run_dir>`` (what a sweep job runs)."""
-    return (f"{shlex.quote(sys.executable)} -m harness train {shlex.quote(str(Path(run_dir) / CONFIG_FILE))} "
-            f"--run-dir {shlex.quote(str(run_dir))}")
+    return (
+        f"{shlex.quote(sys.executable)} -m harness train {shlex.quote(str(Path(run_dir) / CONFIG_FILE))} "
+        f"--run-dir {shlex.quote(str(run_dir))}"
+    )
 
 
-def materialise(cell: Cell, runs_dir: Path, sweep: str, spec_path: str | None = None,
-                command: str | None = None) -> Path:
+def materialise(
+    cell: Cell, runs_dir: Path, sweep: str, spec_path: str | None = None, command: str | None = None
+) -> Path:
     """Write cell.json, config.yaml and launch.sh (idempotent; never touches the run's own files)."""
     d = cell_dir(runs_dir, cell)
     d.mkdir(parents=True, exist_ok=True)
@@ -86,12 +89,22 @@ def materialise(cell: Cell, runs_dir: Path, sweep: str, spec_path: str | None = 
     cfg_path = d / CONFIG_FILE
     if not cfg_path.exists() or cfg_path.read_text() != config_text:
         atomic_write_text(cfg_path, config_text)
-    atomic_write_json(d / CELL_FILE, {
-        "id": cell.id, "alias": cell.alias, "sweep": sweep, "spec": spec_path,
-        "axes": cell.axes, "resources": cell.resources, "index": cell.index})
+    atomic_write_json(
+        d / CELL_FILE,
+        {
+            "id": cell.id,
+            "alias": cell.alias,
+            "sweep": sweep,
+            "spec": spec_path,
+            "axes": cell.axes,
+            "resources": cell.resources,
+            "index": cell.index,
+        },
+    )
     cmd = command if command is not None else launch_command(cell.config, d)
-    atomic_write_text(d / LAUNCH_FILE, f"#!/usr/bin/env bash\n# cell {cell.alias} ({cell.id})\n{cmd}\n",
-                      executable=True)
+    atomic_write_text(
+        d / LAUNCH_FILE, f"#!/usr/bin/env bash\n# cell {cell.alias} ({cell.id})\n{cmd}\n", executable=True
+    )
     return d
 
 
@@ -112,8 +125,17 @@ def list_cell_dirs(runs_dir: Path) -> list[Path]:
 
 
 def record_job(d: Path, job_id: str, executor: str, folder: Path, group: str) -> None:
-    append_jsonl(Path(d) / JOBS_FILE, {"job_id": str(job_id), "executor": executor, "folder": str(folder),
-                                        "group": group, "submitted_at": time.time(), "host": socket.gethostname()})
+    append_jsonl(
+        Path(d) / JOBS_FILE,
+        {
+            "job_id": str(job_id),
+            "executor": executor,
+            "folder": str(folder),
+            "group": group,
+            "submitted_at": time.time(),
+            "host": socket.gethostname(),
+        },
+    )
 
 
 def last_job(d: Path) -> dict | None:
@@ -142,4 +164,3 @@ def read_json(path: Path) -> dict | None:
     except (OSError, json.JSONDecodeError):
         return None
     return data if isinstance(data, dict) else None
-

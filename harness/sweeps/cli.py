@@ -1,8 +1,8 @@
 """``harness sweep`` and ``harness status``.
 
-    harness sweep SPEC [--executor local|slurm|debug] [--runs-dir DIR] [--dry-run] [--wait]
-                       [--only failed|pending|unknown|ALIAS|ID ...] [--results-dir DIR]
-    harness status SWEEP_OR_RUNS_DIR [--runs-dir DIR]
+harness sweep SPEC [--executor local|slurm|debug] [--runs-dir DIR] [--dry-run] [--wait]
+                   [--only failed|pending|unknown|ALIAS|ID ...] [--results-dir DIR]
+harness status SWEEP_OR_RUNS_DIR [--runs-dir DIR]
 """
 
 from __future__ import annotations
@@ -28,25 +28,43 @@ ONLY_STATES = ("failed", "pending", "unknown")
 
 
 def register(sub) -> None:
-    p = sub.add_parser("sweep", help="expand a sweep spec and submit its cells (local, slurm or debug executor)",
-                       description="Expand SPEC into cells, write each cell's directory, skip finished cells and "
-                                   "submit the rest through submitit (one job array per resource group).")
+    p = sub.add_parser(
+        "sweep",
+        help="expand a sweep spec and submit its cells (local, slurm or debug executor)",
+        description="Expand SPEC into cells, write each cell's directory, skip finished cells and "
+        "submit the rest through submitit (one job array per resource group).",
+    )
     p.add_argument("spec", help="sweep spec YAML (see sweeps/*.yaml)")
-    p.add_argument("--executor", default="local", choices=EXECUTORS,
-                   help="local: subprocesses here, waits (default); slurm: sbatch job arrays; debug: in-process")
+    p.add_argument(
+        "--executor",
+        default="local",
+        choices=EXECUTORS,
+        help="local: subprocesses here, waits (default); slurm: sbatch job arrays; debug: in-process",
+    )
     p.add_argument("--runs-dir", type=Path, help="where cell directories go (default runs/<spec name>)")
-    p.add_argument("--dry-run", action="store_true", help="validate, print the cells, resources and launch commands; "
-                                                          "write and submit nothing")
+    p.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="validate, print the cells, resources and launch commands; write and submit nothing",
+    )
     p.add_argument("--wait", action="store_true", help="slurm: follow the jobs with a progress bar until all finish")
-    p.add_argument("--only", nargs="+", metavar="STATE|CELL",
-                   help=f"submit only cells in these states ({', '.join(ONLY_STATES)}) or with these aliases/ids")
-    p.add_argument("--results-dir", type=Path, help="after the sweep finishes, write its report here "
-                                                    "(harness.results.report)")
+    p.add_argument(
+        "--only",
+        nargs="+",
+        metavar="STATE|CELL",
+        help=f"submit only cells in these states ({', '.join(ONLY_STATES)}) or with these aliases/ids",
+    )
+    p.add_argument(
+        "--results-dir", type=Path, help="after the sweep finishes, write its report here (harness.results.report)"
+    )
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.set_defaults(func=cmd_sweep)
 
-    s = sub.add_parser("status", help="one row per sweep cell: pending / running / done / failed",
-                       description="Rebuild the state of every cell from the cell directories (and one sacct call).")
+    s = sub.add_parser(
+        "status",
+        help="one row per sweep cell: pending / running / done / failed",
+        description="Rebuild the state of every cell from the cell directories (and one sacct call).",
+    )
     s.add_argument("target", help="a runs directory, or a sweep spec (cells under --runs-dir or runs/<name>)")
     s.add_argument("--runs-dir", type=Path, help="with a spec: where its cells are (default runs/<spec name>)")
     s.add_argument("--no-tails", action="store_true", help="do not print the stderr tail of failed cells")
@@ -72,8 +90,10 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         return 0
     check_only(cells, args.only)
     if args.executor == "slurm" and shutil.which("sbatch") is None:
-        raise ValueError("--executor slurm: sbatch is not on PATH (no SLURM client here); run on a login node, use "
-                         "--executor local, or --dry-run to see the plan")
+        raise ValueError(
+            "--executor slurm: sbatch is not on PATH (no SLURM client here); run on a login node, use "
+            "--executor local, or --dry-run to see the plan"
+        )
     for c in cells:
         check_fits_executor(c.resources, args.executor, f"cell {c.alias}")
     commands = launch_commands(cells, runs_dir)  # backend errors surface before anything is written
@@ -90,16 +110,19 @@ def submission_lock(runs_dir: Path):
         try:
             fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            raise ValueError(f"{runs_dir}: another `harness sweep` is submitting into this directory ({path} is "
-                             f"locked); wait for it to finish or use another --runs-dir") from None
+            raise ValueError(
+                f"{runs_dir}: another `harness sweep` is submitting into this directory ({path} is "
+                f"locked); wait for it to finish or use another --runs-dir"
+            ) from None
         try:
             yield
         finally:
             fcntl.flock(f, fcntl.LOCK_UN)
 
 
-def _submit(args: argparse.Namespace, spec: SweepSpec, cells: list[Cell], runs_dir: Path,
-            commands: dict[str, str]) -> int:
+def _submit(
+    args: argparse.Namespace, spec: SweepSpec, cells: list[Cell], runs_dir: Path, commands: dict[str, str]
+) -> int:
     existing = {c.id: st for c, st in zip(cells, _statuses_of(cells, runs_dir))}
     todo, skipped = select(cells, existing, args.only)
     for reason, names in skipped.items():
@@ -111,12 +134,16 @@ def _submit(args: argparse.Namespace, spec: SweepSpec, cells: list[Cell], runs_d
         for c in todo:
             d = C.materialise(c, runs_dir, spec.name, spec_path=str(args.spec), command=commands[c.id])
             resumed += any((d / "checkpoints").glob("*"))
-        print(f"{spec.name}: submitting {len(todo)} of {len(cells)} cells ({resumed} resume from a checkpoint) "
-              f"with the {args.executor} executor into {runs_dir}")
+        print(
+            f"{spec.name}: submitting {len(todo)} of {len(cells)} cells ({resumed} resume from a checkpoint) "
+            f"with the {args.executor} executor into {runs_dir}"
+        )
         report = submit_cells(todo, runs_dir, args.executor, sweep=spec.name, progress=not args.no_progress)
         if report.refused:
-            print(f"{len(report.refused)} cells refused by the scheduler (marked failed); the rest were submitted",
-                  file=sys.stderr)
+            print(
+                f"{len(report.refused)} cells refused by the scheduler (marked failed); the rest were submitted",
+                file=sys.stderr,
+            )
     else:
         print(f"{spec.name}: nothing to submit ({len(cells)} cells)")
 
@@ -139,7 +166,9 @@ def _statuses_of(cells: list[Cell], runs_dir: Path) -> list[CellStatus]:
     dirs = [C.cell_dir(runs_dir, c) for c in cells]
     have = [d for d in dirs if (d / C.CELL_FILE).exists()]
     by_dir = {r.dir: r for r in statuses(have)} if have else {}
-    return [by_dir.get(d) or CellStatus(d, c.id, c.alias, "pending", detail="not submitted") for c, d in zip(cells, dirs)]
+    return [
+        by_dir.get(d) or CellStatus(d, c.id, c.alias, "pending", detail="not submitted") for c, d in zip(cells, dirs)
+    ]
 
 
 def check_only(cells: list[Cell], only: list[str] | None) -> None:
@@ -156,7 +185,10 @@ def select(cells: list[Cell], existing: dict[str, CellStatus], only: list[str] |
     check_only(cells, only)
     wanted_states = {o for o in only or [] if o in ONLY_STATES}
     wanted_names = {o for o in only or [] if o not in ONLY_STATES}
-    todo, skipped = [], {"done (result.json)": [], "with a job still queued or running": [], "not selected by --only": []}
+    todo, skipped = (
+        [],
+        {"done (result.json)": [], "with a job still queued or running": [], "not selected by --only": []},
+    )
     for c in cells:
         st = existing[c.id]
         if st.state == "done":
@@ -189,8 +221,10 @@ def launch_commands(cells: list[Cell], runs_dir: Path) -> dict[str, str]:
 
 def print_plan(spec: SweepSpec, cells: list[Cell], runs_dir: Path, executor: str) -> None:
     groups = group_by_resources(cells)
-    print(f"sweep {spec.name}: {len(cells)} cells in {len(groups)} resource group(s); runs dir {runs_dir}; "
-          f"executor {executor} (dry run: nothing written or submitted)")
+    print(
+        f"sweep {spec.name}: {len(cells)} cells in {len(groups)} resource group(s); runs dir {runs_dir}; "
+        f"executor {executor} (dry run: nothing written or submitted)"
+    )
     for k, (res, group) in enumerate(groups):
         params = executor_parameters(res, "slurm", f"{spec.name}-g{k}")
         print(f"\ngroup g{k}: {len(group)} cells, one job array; submitit parameters (slurm executor):")
@@ -229,8 +263,10 @@ def with_spec_cells(rows: list[CellStatus], runs_dir: Path) -> list[CellStatus]:
     except (ValueError, FileNotFoundError, KeyError, TypeError):
         return rows  # no copy, or it no longer validates: show the directories as they are
     by_id = {r.id: r for r in rows}
-    current = [by_id.get(c.id) or CellStatus(C.cell_dir(runs_dir, c), c.id, c.alias, "pending", detail="not submitted")
-               for c in cells]
+    current = [
+        by_id.get(c.id) or CellStatus(C.cell_dir(runs_dir, c), c.id, c.alias, "pending", detail="not submitted")
+        for c in cells
+    ]
     ids = {c.id for c in cells}
     stale = [r for r in rows if r.id not in ids]
     for r in stale:
@@ -245,8 +281,11 @@ def cmd_status(args: argparse.Namespace) -> int:
         spec = load_spec(target)
         runs_dir = args.runs_dir or Path("runs") / spec.name
         cells = expand(spec)
-        rows = _statuses_of(cells, runs_dir) if runs_dir.is_dir() else [
-            CellStatus(C.cell_dir(runs_dir, c), c.id, c.alias, "pending", detail="not submitted") for c in cells]
+        rows = (
+            _statuses_of(cells, runs_dir)
+            if runs_dir.is_dir()
+            else [CellStatus(C.cell_dir(runs_dir, c), c.id, c.alias, "pending", detail="not submitted") for c in cells]
+        )
         spec_path = target
     else:
         if not target.is_dir():

@@ -3,7 +3,8 @@
 A cell's id is the 12-hex hash of its *resolved* run config (``RunConfig.run_id()``, the same hash a run
 records in result.json), so the identity never depends on a job id, a timestamp or the resources. Its alias
 is readable, built from the values of the axes that vary (first path of each zip entry; ``s<seed>``), model
-first, then method, task, the other axes, the seed last, lower case: ``qwen2.5-7b__kl_cov__s0``. A mapping value contributes its ``name``; when two cells would share an alias,
+first, then method, task, the other axes, the seed last, lower case: ``qwen2.5-7b__kl_cov__s0``. A mapping
+value contributes its ``name``; when two cells would share an alias,
 their mapping values also spell out their other keys (``kl_cov-k_ratio0.002``).
 """
 
@@ -12,8 +13,9 @@ from __future__ import annotations
 import copy
 import itertools
 import re
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping
+from typing import Any
 
 from harness import keypaths as paths
 from harness.sweeps.resources import check_layout, merged
@@ -24,12 +26,12 @@ Validator = Callable[[dict], dict]
 
 @dataclass
 class Cell:
-    id: str                         # hash of the resolved config: the run's identity
-    alias: str                      # readable, from the varying axis values
-    config: dict                    # resolved run config (what config.yaml holds)
-    axes: dict[str, Any]            # path -> value this cell got from the spec's axes
+    id: str  # hash of the resolved config: the run's identity
+    alias: str  # readable, from the varying axis values
+    config: dict  # resolved run config (what config.yaml holds)
+    axes: dict[str, Any]  # path -> value this cell got from the spec's axes
     resources: dict = field(default_factory=dict)
-    index: int = 0                  # position in the expansion order
+    index: int = 0  # position in the expansion order
 
     @property
     def dirname(self) -> str:
@@ -98,16 +100,19 @@ def expand(spec: SweepSpec, validate: Validator | None = run_config_validator) -
             check_layout(resolved, resources, f"cell {alias}")
         except ValueError as e:
             raise SpecError(str(e)) from None
-        cells.append(Cell(id=config_id(resolved), alias=alias, config=resolved, axes=axes, resources=resources,
-                          index=n))
+        cells.append(
+            Cell(id=config_id(resolved), alias=alias, config=resolved, axes=axes, resources=resources, index=n)
+        )
     for i, used in enumerate(used_groups):
         if not used:
             raise SpecError(f"resources.groups[{i}].match: matches no cell ({spec.resource_groups[i]['match']})")
     seen: dict[str, Cell] = {}
     for c in cells:
         if c.id in seen:
-            raise SpecError(f"cells {seen[c.id].alias} and {c.alias} resolve to the same run config (id {c.id}); "
-                            f"remove the duplicate axis value")
+            raise SpecError(
+                f"cells {seen[c.id].alias} and {c.alias} resolve to the same run config (id {c.id}); "
+                f"remove the duplicate axis value"
+            )
         seen[c.id] = c
     return cells
 

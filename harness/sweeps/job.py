@@ -79,9 +79,16 @@ def _write_job_error(cell_dir: Path, exc: BaseException) -> None:
     except RuntimeError:
         job_id = None
     try:
-        atomic_write_json(cell_dir / "job_error.json", {
-            "job_id": job_id, "host": socket.gethostname(), "pid": os.getpid(), "time": time.time(),
-            "error": f"{type(exc).__name__}: {exc}",
-            "traceback": traceback.format_exception(type(exc), exc, exc.__traceback__)[-12:]})
+        atomic_write_json(
+            cell_dir / "job_error.json",
+            {
+                "job_id": job_id,
+                "host": socket.gethostname(),
+                "pid": os.getpid(),
+                "time": time.time(),
+                "error": f"{type(exc).__name__}: {exc}",
+                "traceback": traceback.format_exception(type(exc), exc, exc.__traceback__)[-12:],
+            },
+        )
     except OSError:
         pass

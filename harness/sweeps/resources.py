@@ -13,7 +13,8 @@ Keys (``resources.default`` and each ``resources.groups[i]``; units in the name)
 from __future__ import annotations
 
 import os
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 from harness.registry import did_you_mean
 
@@ -35,8 +36,14 @@ RESOURCE_KEYS: dict[str, tuple[str, int | None]] = {  # key -> (kind, minimum)
     "additional_parameters": ("mapping", None),
     "setup": ("lines", None),
 }
-DEFAULTS: dict[str, Any] = {"nodes": 1, "tasks_per_node": 1, "gpus_per_node": 0, "cpus_per_task": 1,
-                            "timeout_min": 60, "max_num_timeout": 3}
+DEFAULTS: dict[str, Any] = {
+    "nodes": 1,
+    "tasks_per_node": 1,
+    "gpus_per_node": 0,
+    "cpus_per_task": 1,
+    "timeout_min": 60,
+    "max_num_timeout": 3,
+}
 EXECUTORS = ("local", "slurm", "debug")
 
 
@@ -117,8 +124,10 @@ def executor_parameters(resources: Mapping, executor: str, name: str) -> dict:
 def check_fits_executor(resources: Mapping, executor: str, where: str) -> None:
     """The local executor runs on this machine: refuse multi-node cells with a pointer to slurm."""
     if executor == "local" and resources.get("nodes", 1) > 1:
-        raise ValueError(f"{where}: needs {resources['nodes']} nodes, but the local executor runs on one machine; "
-                         f"use --executor slurm (or --dry-run to only see the plan)")
+        raise ValueError(
+            f"{where}: needs {resources['nodes']} nodes, but the local executor runs on one machine; "
+            f"use --executor slurm (or --dry-run to only see the plan)"
+        )
 
 
 def local_parallelism(resources: Mapping) -> int:
@@ -147,5 +156,7 @@ def check_layout(config: Mapping, resources: Mapping, where: str) -> None:
     for key in wants:
         want = section.get(key, wants[key])
         if resources.get(key) != want:
-            raise ValueError(f"{where}: openrlhf.{key} is {want} but its resources give {key}={resources.get(key)}; "
-                             f"make them equal (resources.default or a resources.groups entry matching this cell)")
+            raise ValueError(
+                f"{where}: openrlhf.{key} is {want} but its resources give {key}={resources.get(key)}; "
+                f"make them equal (resources.default or a resources.groups entry matching this cell)"
+            )

@@ -1,26 +1,27 @@
 """Parse and validate a sweep spec (YAML). Every error names the key path and what is allowed.
 
-    name: quickstart
-    base: {<a run config>}                       # or a path to a run-config YAML, relative to the spec
-    grid: {<dotted path>: [values...]}           # cartesian; a mapping value replaces that subtree
-    zip: [{<path>: [...], <path>: [...]}]        # each entry: axes moving together (equal lengths)
-    exclude: [{<path>: value, ...}]              # drop cells matching all given paths
-    seeds: [0, 1]                                # sets `seed`
-    resources: {default: {...}, groups: [{match: {<path>: value}, <resource keys>...}]}
+name: quickstart
+base: {<a run config>}                       # or a path to a run-config YAML, relative to the spec
+grid: {<dotted path>: [values...]}           # cartesian; a mapping value replaces that subtree
+zip: [{<path>: [...], <path>: [...]}]        # each entry: axes moving together (equal lengths)
+exclude: [{<path>: value, ...}]              # drop cells matching all given paths
+seeds: [0, 1]                                # sets `seed`
+resources: {default: {...}, groups: [{match: {<path>: value}, <resource keys>...}]}
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 import yaml
 
-from harness.registry import did_you_mean
 from harness import keypaths as paths
 from harness.io import read_yaml_mapping
+from harness.registry import did_you_mean
 from harness.sweeps.resources import check_resources
 
 TOP_KEYS = ("name", "description", "base", "grid", "zip", "exclude", "seeds", "resources")
@@ -35,9 +36,10 @@ class SpecError(ValueError):
 @dataclass
 class Axis:
     """One independent dimension of the product: a grid axis, a zip entry (several paths) or the seeds."""
-    where: str                      # "grid.model.name", "zip[0]", "seeds"
-    paths: list[str]                # the key paths it sets (a zip entry sets several)
-    values: list[list[Any]]         # values[i] = the i-th point, one value per path
+
+    where: str  # "grid.model.name", "zip[0]", "seeds"
+    paths: list[str]  # the key paths it sets (a zip entry sets several)
+    values: list[list[Any]]  # values[i] = the i-th point, one value per path
 
 
 @dataclass
@@ -49,7 +51,7 @@ class SweepSpec:
     resources_default: dict = field(default_factory=dict)
     resource_groups: list[dict] = field(default_factory=list)  # each: {"match": {...}, **resources}
     description: str = ""
-    source: Path | None = None     # the spec file, when read from one
+    source: Path | None = None  # the spec file, when read from one
     raw: dict = field(default_factory=dict)
 
     @property
@@ -89,8 +91,9 @@ def _parse(data: dict, path: Path | None) -> SweepSpec:
     if not axes:
         raise SpecError("the sweep has no axes: give `grid`, `zip` or `seeds`")
     _check_overlaps(axes)
-    spec = SweepSpec(name=name, base=base, axes=axes, description=str(data.get("description") or ""),
-                     source=path, raw=data)
+    spec = SweepSpec(
+        name=name, base=base, axes=axes, description=str(data.get("description") or ""), source=path, raw=data
+    )
     spec.exclude = _exclude(data.get("exclude", []), spec)
     spec.resources_default, spec.resource_groups = _resources(data.get("resources", {}), spec)
     return spec
@@ -107,7 +110,9 @@ def _base(value: Any, spec_path: Path | None) -> dict:
             raise SpecError(f"base: run config file not found: {p}")
         value = yaml.safe_load(p.read_text()) or {}
     if not isinstance(value, Mapping):
-        raise SpecError(f"base: expected a run-config mapping (backend, seed, method, model, task, train, eval), got {value!r}")
+        raise SpecError(
+            f"base: expected a run-config mapping (backend, seed, method, model, task, train, eval), got {value!r}"
+        )
     return dict(value)
 
 
@@ -131,8 +136,9 @@ def _grid(grid: Any) -> list[Axis]:
     if not isinstance(grid, Mapping):
         raise SpecError(f"grid: expected a mapping of <dotted key path>: [values], got {grid!r}")
     if not grid:
-        raise SpecError("grid: empty; give at least one <dotted key path>: [values] (e.g. method: [{name: grpo}]) "
-                        "or drop `grid`")
+        raise SpecError(
+            "grid: empty; give at least one <dotted key path>: [values] (e.g. method: [{name: grpo}]) or drop `grid`"
+        )
     axes = []
     for p, v in grid.items():
         where = f"grid.{p}"
@@ -150,7 +156,9 @@ def _zip(entries: Any) -> list[Axis]:
     for i, entry in enumerate(entries):
         where = f"zip[{i}]"
         if not isinstance(entry, Mapping) or not entry:
-            raise SpecError(f"{where}: expected a mapping of <dotted key path>: [values] (axes moving together), got {entry!r}")
+            raise SpecError(
+                f"{where}: expected a mapping of <dotted key path>: [values] (axes moving together), got {entry!r}"
+            )
         cols = {_check_path(p, where): _values(v, f"{where}.{p}") for p, v in entry.items()}
         lengths = {p: len(v) for p, v in cols.items()}
         if len(set(lengths.values())) > 1:
@@ -179,15 +187,18 @@ def _check_overlaps(axes: list[Axis]) -> None:
         for p in axis.paths:
             for other, where in seen:
                 if paths.overlaps(p, other):
-                    raise SpecError(f"{axis.where}: path {p!r} overlaps {other!r} of {where}; an axis may not set a key "
-                                    f"another axis sets (use a mapping value for the whole subtree instead)")
+                    raise SpecError(
+                        f"{axis.where}: path {p!r} overlaps {other!r} of {where}; an axis may not set a key "
+                        f"another axis sets (use a mapping value for the whole subtree instead)"
+                    )
             seen.append((p, axis.where))
 
 
 def _known_path(p: str, spec: SweepSpec) -> bool:
     """A path may be matched on when an axis sets it (or a parent of it), or base has it."""
-    return any(p == a or p.startswith(a + ".") or a.startswith(p + ".") for a in spec.axis_paths) \
-        or paths.has_path(spec.base, p)
+    return any(p == a or p.startswith(a + ".") or a.startswith(p + ".") for a in spec.axis_paths) or paths.has_path(
+        spec.base, p
+    )
 
 
 def _where_clause(clause: Any, where: str, spec: SweepSpec) -> dict:
@@ -216,13 +227,18 @@ def _resources(value: Any, spec: SweepSpec) -> tuple[dict, list[dict]]:
         default = check_resources(value.get("default") or {}, "resources.default")
         groups_raw = value.get("groups") or []
         if not isinstance(groups_raw, list):
-            raise SpecError(f"resources.groups: expected a list of {{match: {{<path>: value}}, <resource keys>}}, got {groups_raw!r}")
+            raise SpecError(
+                f"resources.groups: expected a list of {{match: {{<path>: value}}, <resource keys>}}, got "
+                f"{groups_raw!r}"
+            )
         groups = []
         for i, g in enumerate(groups_raw):
             where = f"resources.groups[{i}]"
             res = check_resources(g, where, extra_keys=("match",))
             if "match" not in g:
-                raise SpecError(f"{where}.match: required, the {{<path>: value}} a cell must match to get these resources")
+                raise SpecError(
+                    f"{where}.match: required, the {{<path>: value}} a cell must match to get these resources"
+                )
             res["match"] = _where_clause(g["match"], f"{where}.match", spec)
             groups.append(res)
     except SpecError:

@@ -17,9 +17,9 @@ import re
 import socket
 import subprocess
 from collections import Counter
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterable
 
 from harness import rundir
 from harness.sweeps import cells as C
@@ -38,7 +38,7 @@ class CellStatus:
     state: str
     job_id: str | None = None
     detail: str = ""
-    tail: list[str] = field(default_factory=list)   # stderr tail / traceback for failures
+    tail: list[str] = field(default_factory=list)  # stderr tail / traceback for failures
 
 
 # ---------------------------------------------------------------------------------------------- scheduler
@@ -51,8 +51,12 @@ def sacct_states(job_ids: Iterable[str], timeout_s: float = 30) -> dict[str, str
     if not ids:
         return {}
     try:
-        out = subprocess.run(["sacct", "-X", "-n", "-P", "-o", "JobID,State", "-j", ",".join(ids)],
-                             capture_output=True, text=True, timeout=timeout_s)
+        out = subprocess.run(
+            ["sacct", "-X", "-n", "-P", "-o", "JobID,State", "-j", ",".join(ids)],
+            capture_output=True,
+            text=True,
+            timeout=timeout_s,
+        )
     except (OSError, subprocess.TimeoutExpired):
         return None
     if out.returncode != 0:
@@ -128,7 +132,9 @@ def cell_status(d: Path, slurm: dict[str, str] | None = None) -> CellStatus:
     """The state of one cell directory; ``slurm`` is the sacct answer for every slurm job id (or None)."""
     d = Path(d)
     info = C.read_cell(d)
-    st = CellStatus(dir=d, id=info.get("id", d.name.rsplit("__", 1)[-1]), alias=info.get("alias", d.name), state="pending")
+    st = CellStatus(
+        dir=d, id=info.get("id", d.name.rsplit("__", 1)[-1]), alias=info.get("alias", d.name), state="pending"
+    )
     job = C.last_job(d)
     st.job_id = job["job_id"] if job else None
 
@@ -138,8 +144,10 @@ def cell_status(d: Path, slurm: dict[str, str] | None = None) -> CellStatus:
         if status in ("completed", "insufficient_updates"):  # finished (the second is flagged, never retried)
             st.state = "done"
             if status != "completed":
-                st.detail = f"{status} ({(result.get('updates') or {}).get('made')} of " \
-                            f"{(result.get('updates') or {}).get('expected')} steps updated)"
+                st.detail = (
+                    f"{status} ({(result.get('updates') or {}).get('made')} of "
+                    f"{(result.get('updates') or {}).get('expected')} steps updated)"
+                )
             return st
         st.state, st.detail = "failed", f"result.json status {status!r} {result.get('error', '')}".strip()
         st.tail = stderr_tail(job)
@@ -162,8 +170,11 @@ def cell_status(d: Path, slurm: dict[str, str] | None = None) -> CellStatus:
         return st
 
     interrupted = C.read_json(d / "interrupted.json")
-    if interrupted is not None and interrupted.get("time", 0) >= float(job.get("submitted_at") or 0) \
-            and not rundir.is_locked(d):
+    if (
+        interrupted is not None
+        and interrupted.get("time", 0) >= float(job.get("submitted_at") or 0)
+        and not rundir.is_locked(d)
+    ):
         st.state, st.detail = "pending", "interrupted (Ctrl-C of its sweep); resubmitting resumes from its checkpoint"
         return st
     executor = job.get("executor")

@@ -17,10 +17,10 @@ import sys
 import time
 import types
 import uuid
+from collections.abc import Callable
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
 
 import submitit
 from tqdm import tqdm
@@ -28,16 +28,21 @@ from tqdm import tqdm
 from harness.sweeps import cells as C
 from harness.sweeps.expand import Cell
 from harness.sweeps.job import DEFAULT_TARGET, CellJob
-from harness.sweeps.resources import (check_executor, check_fits_executor, executor_kwargs, executor_parameters,
-                                      local_parallelism)
+from harness.sweeps.resources import (
+    check_executor,
+    check_fits_executor,
+    executor_kwargs,
+    executor_parameters,
+    local_parallelism,
+)
 from harness.sweeps.status import STATES, counts, statuses
 
 
 @dataclass
 class SubmitReport:
-    submitted: list[str] = field(default_factory=list)         # cell ids handed to the scheduler
-    refused: dict[str, str] = field(default_factory=dict)      # cell id -> the scheduler's message
-    job_ids: dict[str, str] = field(default_factory=dict)      # cell id -> job id of this submission
+    submitted: list[str] = field(default_factory=list)  # cell ids handed to the scheduler
+    refused: dict[str, str] = field(default_factory=dict)  # cell id -> the scheduler's message
+    job_ids: dict[str, str] = field(default_factory=dict)  # cell id -> job id of this submission
 
 
 def group_by_resources(cells: list[Cell]) -> list[tuple[dict, list[Cell]]]:
@@ -55,9 +60,16 @@ def make_executor(executor: str, folder: Path, resources: dict, name: str) -> su
     return ex
 
 
-def submit_cells(cells: list[Cell], runs_dir: Path, executor: str = "local", *, sweep: str = "sweep",
-                 target: str = DEFAULT_TARGET, progress: bool = True,
-                 log: Callable[[str], None] = print) -> SubmitReport:
+def submit_cells(
+    cells: list[Cell],
+    runs_dir: Path,
+    executor: str = "local",
+    *,
+    sweep: str = "sweep",
+    target: str = DEFAULT_TARGET,
+    progress: bool = True,
+    log: Callable[[str], None] = print,
+) -> SubmitReport:
     """Submit ``cells`` (already materialised under ``runs_dir``) and record job ids in their directories."""
     check_executor(executor)
     runs_dir = Path(runs_dir)
@@ -118,8 +130,9 @@ def _own_session():
     import submitit.local.local as local_mod
 
     original = local_mod.subprocess.Popen
-    local_mod.subprocess = types.SimpleNamespace(**{**vars(subprocess),
-                                                    "Popen": functools.partial(original, start_new_session=True)})
+    local_mod.subprocess = types.SimpleNamespace(
+        **{**vars(subprocess), "Popen": functools.partial(original, start_new_session=True)}
+    )
     try:
         yield
     finally:
@@ -161,8 +174,10 @@ def _stop_local(running: list, grace_s: float = 60.0) -> None:
         proc = getattr(job, "_process", None)
         if proc is not None and proc.poll() is None:
             proc.send_signal(signal.SIGTERM)  # the controller forwards it to the trainer
-    print(f"stopping {len(running)} running cells at their next step (checkpointed; Ctrl-C again to kill)",
-          file=sys.stderr)
+    print(
+        f"stopping {len(running)} running cells at their next step (checkpointed; Ctrl-C again to kill)",
+        file=sys.stderr,
+    )
     try:
         t0 = time.time()
         while time.time() - t0 < grace_s and not all(job.done() for job, _ in running):
@@ -188,8 +203,9 @@ def _run_debug(ex, group, dirs, target, folder, gname, report, bar) -> None:
             bar.update(1)
 
 
-def wait_for(dirs: list[Path], poll_s: float = 2.0, progress: bool = True, desc: str = "sweep",
-             timeout_s: float | None = None) -> list:
+def wait_for(
+    dirs: list[Path], poll_s: float = 2.0, progress: bool = True, desc: str = "sweep", timeout_s: float | None = None
+) -> list:
     """Follow cells until none is queued or running; a progress bar counts finished cells."""
     start = time.time()
     bar = _bar(len(dirs), desc, progress)
@@ -209,5 +225,13 @@ def wait_for(dirs: list[Path], poll_s: float = 2.0, progress: bool = True, desc:
 
 
 def _bar(total: int, desc: str, enabled: bool):
-    return tqdm(total=total, desc=desc, unit="cell", disable=not enabled, file=sys.stderr,
-                dynamic_ncols=True, leave=True, mininterval=0.5 if os.isatty(2) else 5)
+    return tqdm(
+        total=total,
+        desc=desc,
+        unit="cell",
+        disable=not enabled,
+        file=sys.stderr,
+        dynamic_ncols=True,
+        leave=True,
+        mininterval=0.5 if os.isatty(2) else 5,
+    )

@@ -27,18 +27,34 @@ import yaml
 from harness.io import atomic_write_json
 
 KEYS = ("behaviour", "seed", "x", "y", "method", "model")
-ENV_KEYS = ("SLURM_JOB_ID", "SLURM_ARRAY_JOB_ID", "SLURM_ARRAY_TASK_ID", "SLURM_RESTART_COUNT", "CUDA_VISIBLE_DEVICES",
-            "HARNESS_SWEEP_SETUP")
+ENV_KEYS = (
+    "SLURM_JOB_ID",
+    "SLURM_ARRAY_JOB_ID",
+    "SLURM_ARRAY_TASK_ID",
+    "SLURM_RESTART_COUNT",
+    "CUDA_VISIBLE_DEVICES",
+    "HARNESS_SWEEP_SETUP",
+)
 
 
 def tiny_pocket_base(steps: int = 2, checkpoint_every: int = 1) -> dict:
     """A real pocket run config small enough for sweep tests: a few seconds on the smallest model, no warm start."""
-    return {"backend": "pocket", "method": {"name": "grpo"},
-            "model": {"name": "pocket-0.3m", "warm_start": {"enabled": "false"}},
-            "task": {"name": "arith", "test_size": 4},
-            "train": {"steps": steps, "prompts_per_step": 2, "samples_per_prompt": 2, "updates_per_rollout": 1,
-                      "max_new_tokens": 4, "checkpoint_every": checkpoint_every},
-            "eval": {"every": 0, "n_samples": 1, "max_problems": 2}, "logging": {"progress": False}}
+    return {
+        "backend": "pocket",
+        "method": {"name": "grpo"},
+        "model": {"name": "pocket-0.3m", "warm_start": {"enabled": "false"}},
+        "task": {"name": "arith", "test_size": 4},
+        "train": {
+            "steps": steps,
+            "prompts_per_step": 2,
+            "samples_per_prompt": 2,
+            "updates_per_rollout": 1,
+            "max_new_tokens": 4,
+            "checkpoint_every": checkpoint_every,
+        },
+        "eval": {"every": 0, "n_samples": 1, "max_problems": 2},
+        "logging": {"progress": False},
+    }
 
 
 def validate(raw: dict) -> dict:
@@ -47,7 +63,9 @@ def validate(raw: dict) -> dict:
             raise ValueError(f"{k}: unknown key. Allowed keys: {', '.join(KEYS)}")
     b = str(raw.get("behaviour", "ok"))
     if b.split(":")[0] not in ("ok", "raise", "sleep", "forever", "hang", "steps", "barrier"):
-        raise ValueError(f"behaviour: {b!r} is not allowed. Allowed: ok, raise, sleep:S, forever, hang, steps:N, barrier:N")
+        raise ValueError(
+            f"behaviour: {b!r} is not allowed. Allowed: ok, raise, sleep:S, forever, hang, steps:N, barrier:N"
+        )
     return dict(raw)
 
 
@@ -73,8 +91,11 @@ def behave(cell_dir: str) -> dict:
             time.sleep(0.05)
     elif kind == "steps":
         state_file = d / "checkpoints" / "state.json"
-        state = json.loads(state_file.read_text()) if state_file.exists() else {"step": 0, "attempts": 0,
-                                                                                 "resumed_from": []}
+        state = (
+            json.loads(state_file.read_text())
+            if state_file.exists()
+            else {"step": 0, "attempts": 0, "resumed_from": []}
+        )
         state["attempts"] += 1
         state["resumed_from"].append(state["step"])
         resumed_from = state["resumed_from"]
@@ -84,10 +105,18 @@ def behave(cell_dir: str) -> dict:
             time.sleep(1.0)
             state["step"] += 1
             atomic_write_json(state_file, state)
-    result = {"schema_version": 1, "run_id": d.name.rsplit("__", 1)[-1], "status": "completed",
-              "backend": "testing", "behaviour": cfg.get("behaviour"), "seed": cfg.get("seed"),
-              "attempts": attempts, "resumed_from": resumed_from, "pid": os.getpid(),
-              "wall_time_s": time.time() - start,
-              "env": {k: os.environ.get(k) for k in ENV_KEYS}}
+    result = {
+        "schema_version": 1,
+        "run_id": d.name.rsplit("__", 1)[-1],
+        "status": "completed",
+        "backend": "testing",
+        "behaviour": cfg.get("behaviour"),
+        "seed": cfg.get("seed"),
+        "attempts": attempts,
+        "resumed_from": resumed_from,
+        "pid": os.getpid(),
+        "wall_time_s": time.time() - start,
+        "env": {k: os.environ.get(k) for k in ENV_KEYS},
+    }
     atomic_write_json(d / "result.json", result)
     return {"status": "completed", "attempts": attempts}

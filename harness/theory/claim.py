@@ -5,8 +5,18 @@ from __future__ import annotations
 VERDICTS = ("holds", "holds under conditions", "does not hold as stated")
 
 
-def claim(id: str, statement: str, verdict: str, evidence: dict, *, experiment: str, conditions: str | None = None,
-          supported: str | None = None, figure: str | None = None, **extra) -> dict:
+def claim(
+    id: str,
+    statement: str,
+    verdict: str,
+    evidence: dict,
+    *,
+    experiment: str,
+    conditions: str | None = None,
+    supported: str | None = None,
+    figure: str | None = None,
+    **extra,
+) -> dict:
     """A claim record; ``supported`` is the statement the numbers support when the claim fails as stated."""
     if verdict not in VERDICTS:
         raise ValueError(f"verdict {verdict!r} not in {VERDICTS}")

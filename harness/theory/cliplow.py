@@ -25,10 +25,24 @@ from harness.method import ppo_clip_token_loss
 from .claim import claim
 from .softmax import DT
 
-CONFIGS = {"no clip": (100.0, 100.0), "symmetric 0.2/0.2": (0.2, 0.2), "tighter clip-low 0.1/0.2": (0.1, 0.2),
-           "raised eps_low 0.4/0.2": (0.4, 0.2), "clip-higher 0.2/0.28": (0.2, 0.28)}
-SETUP = {"seeds": 128, "steps": 60, "states": 4, "actions": 20, "group": 8, "epochs": 2, "minibatches": 4,
-         "lr": 2.0, "logit_scale": 4.0}
+CONFIGS = {
+    "no clip": (100.0, 100.0),
+    "symmetric 0.2/0.2": (0.2, 0.2),
+    "tighter clip-low 0.1/0.2": (0.1, 0.2),
+    "raised eps_low 0.4/0.2": (0.4, 0.2),
+    "clip-higher 0.2/0.28": (0.2, 0.28),
+}
+SETUP = {
+    "seeds": 128,
+    "steps": 60,
+    "states": 4,
+    "actions": 20,
+    "group": 8,
+    "epochs": 2,
+    "minibatches": 4,
+    "lr": 2.0,
+    "logit_scale": 4.0,
+}
 SCALES = (1.0, 2.0, 4.0, 6.0)  # initial logit std: flat (H ~ 2.6 nats) ... peaked (H ~ 0.6 nats), K = 20
 
 
@@ -47,8 +61,21 @@ def first_order_dh(lp: torch.Tensor, dz: torch.Tensor) -> torch.Tensor:
     return -(p * (lp - mean_lp) * (dz - mean_dz)).sum(-1).mean(-1)
 
 
-def simulate(eps_low: float, eps_high: float, *, seeds=64, steps=40, states=4, actions=20, group=8, epochs=2,
-             minibatches=4, lr=2.0, logit_scale=2.0, seed=0) -> dict:
+def simulate(
+    eps_low: float,
+    eps_high: float,
+    *,
+    seeds=64,
+    steps=40,
+    states=4,
+    actions=20,
+    group=8,
+    epochs=2,
+    minibatches=4,
+    lr=2.0,
+    logit_scale=2.0,
+    seed=0,
+) -> dict:
     """Entropy trajectory (steps+1, R) and per-run summed first-order entropy effect of clip-low / clip-high."""
     g = torch.Generator().manual_seed(seed)
     R, S, K, G = seeds, states, actions, group
@@ -97,8 +124,9 @@ def fmt(config: dict) -> str:
 
 
 def fmt_net(regimes: list[dict]) -> str:
-    return ", ".join(f"H0 {x['entropy_start']:.2f}: {x['net_effect'][0]:+.2f} +- {x['net_effect'][1]:.2f}"
-                     for x in regimes)
+    return ", ".join(
+        f"H0 {x['entropy_start']:.2f}: {x['net_effect'][0]:+.2f} +- {x['net_effect'][1]:.2f}" for x in regimes
+    )
 
 
 def park_cliplow() -> dict:
@@ -107,20 +135,38 @@ def park_cliplow() -> dict:
     for scale in SCALES:
         r = simulate(0.2, 0.2, **{**SETUP, "seeds": 256, "steps": 40, "logit_scale": scale})
         low, high = r["effect"]["clip_low"], r["effect"]["clip_high"]
-        regimes.append({"logit_scale": scale, "entropy_start": float(r["H"][0].mean()),
-                        "entropy_end": float(r["H"][-1].mean()), "clip_low_effect": _ci(low),
-                        "clip_high_effect": _ci(high), "net_effect": _ci(low + high),
-                        "clipfrac_low": r["clipfrac"]["clip_low"], "clipfrac_high": r["clipfrac"]["clip_high"]})
+        regimes.append(
+            {
+                "logit_scale": scale,
+                "entropy_start": float(r["H"][0].mean()),
+                "entropy_end": float(r["H"][-1].mean()),
+                "clip_low_effect": _ci(low),
+                "clip_high_effect": _ci(high),
+                "net_effect": _ci(low + high),
+                "clipfrac_low": r["clipfrac"]["clip_low"],
+                "clipfrac_high": r["clipfrac"]["clip_high"],
+            }
+        )
     # 2. trajectories in the peaked regime, paired against symmetric clipping
     runs = {name: simulate(lo, hi, **SETUP) for name, (lo, hi) in CONFIGS.items()}
     base = runs["symmetric 0.2/0.2"]["H"]
-    configs = {name: {"eps_low_high": CONFIGS[name], "entropy_start": float(r["H"][0].mean()),
-                      "entropy_end": float(r["H"][-1].mean()), "end_minus_symmetric": _ci(r["H"][-1] - base[-1]),
-                      "clip_low_effect": _ci(r["effect"]["clip_low"]), "clip_high_effect": _ci(r["effect"]["clip_high"]),
-                      "entropy_curve": [float(h) for h in r["H"].mean(-1)]}
-               for name, r in runs.items()}
-    signs = all(x["clip_low_effect"][0] - x["clip_low_effect"][1] > 0 and
-                x["clip_high_effect"][0] + x["clip_high_effect"][1] < 0 for x in regimes)
+    configs = {
+        name: {
+            "eps_low_high": CONFIGS[name],
+            "entropy_start": float(r["H"][0].mean()),
+            "entropy_end": float(r["H"][-1].mean()),
+            "end_minus_symmetric": _ci(r["H"][-1] - base[-1]),
+            "clip_low_effect": _ci(r["effect"]["clip_low"]),
+            "clip_high_effect": _ci(r["effect"]["clip_high"]),
+            "entropy_curve": [float(h) for h in r["H"].mean(-1)],
+        }
+        for name, r in runs.items()
+    }
+    signs = all(
+        x["clip_low_effect"][0] - x["clip_low_effect"][1] > 0
+        and x["clip_high_effect"][0] + x["clip_high_effect"][1] < 0
+        for x in regimes
+    )
     peaked = [x for x in regimes if x["entropy_start"] < 1.0]
     flat = [x for x in regimes if x["entropy_start"] >= 1.5]
     high_dominates_peaked = all(x["net_effect"][0] + x["net_effect"][1] < 0 for x in peaked)
@@ -132,23 +178,32 @@ def park_cliplow() -> dict:
         "With random rewards, clip-low raises entropy and clip-high lowers it; with symmetric eps the clip-high "
         "effect dominates, so entropy falls; a more aggressive clip-low raises entropy",
         "holds under conditions" if ok else "does not hold as stated",
-        {"setup": SETUP, "scales": list(SCALES), "regimes_symmetric": regimes, "configs_peaked": configs,
-         "signs_hold": signs, "clip_high_dominates_when_peaked": high_dominates_peaked,
-         "clip_low_dominates_when_flat": low_dominates_flat},
+        {
+            "setup": SETUP,
+            "scales": list(SCALES),
+            "regimes_symmetric": regimes,
+            "configs_peaked": configs,
+            "signs_hold": signs,
+            "clip_high_dominates_when_peaked": high_dominates_peaked,
+            "clip_low_dominates_when_flat": low_dominates_flat,
+        },
         experiment="softmax contextual bandit (4 states x 20 actions, logits N(0, s^2)), Bernoulli(1/2) rewards "
-                   "independent of the action, GRPO advantages over 8 samples per state, 2 epochs x 4 mini-batches "
-                   "of SGD (lr 2) on the logits per rollout; clip masks from the harness's ppo_clip_token_loss; "
-                   "(1) at 0.2/0.2 for s = 1, 2, 4, 6 (256 seeds, 40 rollouts): the first-order entropy effect "
-                   "(Lemma IV.2) of the gradient each clip side removes, summed over the run; (2) at s = 4 (start "
-                   "entropy ~0.9 nats; 128 paired seeds, 60 rollouts): entropy over steps for five clip settings",
-        conditions=(f"the per-update signs hold at every scale, but clip-high dominates only for peaked policies "
-                    f"(start entropy < 1 nat, the LLM regime; net first-order effect at 0.2/0.2: {fmt_net(peaked)}); for "
-                    f"flatter ones clip-low dominates ({fmt_net(flat)}). On whole trajectories the sampling noise of "
-                    f"random rewards lowers entropy by itself and any clipping damps it (end entropy, no clip minus "
-                    f"symmetric: {fmt(configs['no clip'])}); a *raised* eps_low is a looser clip-low and ends with "
-                    f"less entropy ({fmt(raised)}); the entropy-raising knob is a tighter clip-low, eps_low 0.1 "
-                    f"({fmt(tighter)})"),
+        "independent of the action, GRPO advantages over 8 samples per state, 2 epochs x 4 mini-batches "
+        "of SGD (lr 2) on the logits per rollout; clip masks from the harness's ppo_clip_token_loss; "
+        "(1) at 0.2/0.2 for s = 1, 2, 4, 6 (256 seeds, 40 rollouts): the first-order entropy effect "
+        "(Lemma IV.2) of the gradient each clip side removes, summed over the run; (2) at s = 4 (start "
+        "entropy ~0.9 nats; 128 paired seeds, 60 rollouts): entropy over steps for five clip settings",
+        conditions=(
+            f"the per-update signs hold at every scale, but clip-high dominates only for peaked policies "
+            f"(start entropy < 1 nat, the LLM regime; net first-order effect at 0.2/0.2: {fmt_net(peaked)}); for "
+            f"flatter ones clip-low dominates ({fmt_net(flat)}). On whole trajectories the sampling noise of "
+            f"random rewards lowers entropy by itself and any clipping damps it (end entropy, no clip minus "
+            f"symmetric: {fmt(configs['no clip'])}); a *raised* eps_low is a looser clip-low and ends with "
+            f"less entropy ({fmt(raised)}); the entropy-raising knob is a tighter clip-low, eps_low 0.1 "
+            f"({fmt(tighter)})"
+        ),
         supported=None if ok else "see evidence: the per-side signs and which side dominates at each scale",
         note="+- are 95% CIs over seeds (paired differences for end entropy); effects are in nats summed over "
-             "the run. The issue's 'raised eps_low' reads the paper's 'more aggressive clip-low' the wrong way round",
-        figure="cliplow.png")
+        "the run. The issue's 'raised eps_low' reads the paper's 'more aggressive clip-low' the wrong way round",
+        figure="cliplow.png",
+    )

@@ -14,8 +14,7 @@ import torch
 from . import methods as M
 from .claim import claim
 from .dynamics import ETAS
-from .softmax import (cov_pi, entropy, fit_order, largest_remainder_counts, logp, mean_pi, population_batch,
-                      probs, t)
+from .softmax import cov_pi, entropy, fit_order, largest_remainder_counts, logp, mean_pi, population_batch, probs, t
 
 
 class Population:
@@ -36,7 +35,7 @@ class Population:
             r = r + calibration * (self.z - self.z.mean()) / self.z.std()
         p = probs(self.z)
         a = r - mean_pi(p, r)
-        self.adv = a / (p * a ** 2).sum().sqrt()
+        self.adv = a / (p * a**2).sum().sqrt()
         self.actions = population_batch(counts)
         self.mask = torch.ones(1, self.n)
 
@@ -89,31 +88,43 @@ def prop_vi1() -> dict:
         pred_paper = -ETAS * cov_eff_formula
         u0, _, _ = pop.grads(M.get("clip_cov", clip_ratio=clip_ratio, lb=1e8, ub=1e9, eps=1.0), pop.z)
         dh_vanilla = float(entropy(pop.z + 1e-4 * natural_step(u0, pop.z)) - entropy(pop.z))
-        rows.append({
-            "clip_ratio": clip_ratio, "N": n, "selected": int(s.sum()), "r=|I|/N": r, "Cov_orig": cov_orig,
-            "E[C|I]": cov_sel, "Cov_eff_direct": cov_eff_direct, "Cov_eff_formula": cov_eff_formula,
-            "identity_abs_error": abs(cov_eff_direct - cov_eff_formula),
-            "rel_err_dH_vs_-eta(1-r)Cov_eff_at_1e-4": float(abs(exact[-1] - pred_harness[-1]) / abs(exact[-1])),
-            "rel_err_dH_vs_-eta_Cov_eff_at_1e-4": float(abs(exact[-1] - pred_paper[-1]) / abs(exact[-1])),
-            "order_harness_prediction": fit_order(ETAS, np.abs(exact - pred_harness)),
-            "dH_vanilla_over_eta": dh_vanilla / 1e-4, "dH_clipcov_over_eta": exact[-1] / 1e-4})
+        rows.append(
+            {
+                "clip_ratio": clip_ratio,
+                "N": n,
+                "selected": int(s.sum()),
+                "r=|I|/N": r,
+                "Cov_orig": cov_orig,
+                "E[C|I]": cov_sel,
+                "Cov_eff_direct": cov_eff_direct,
+                "Cov_eff_formula": cov_eff_formula,
+                "identity_abs_error": abs(cov_eff_direct - cov_eff_formula),
+                "rel_err_dH_vs_-eta(1-r)Cov_eff_at_1e-4": float(abs(exact[-1] - pred_harness[-1]) / abs(exact[-1])),
+                "rel_err_dH_vs_-eta_Cov_eff_at_1e-4": float(abs(exact[-1] - pred_paper[-1]) / abs(exact[-1])),
+                "order_harness_prediction": fit_order(ETAS, np.abs(exact - pred_harness)),
+                "dH_vanilla_over_eta": dh_vanilla / 1e-4,
+                "dH_clipcov_over_eta": exact[-1] / 1e-4,
+            }
+        )
     ident = max(x["identity_abs_error"] for x in rows)
     harness_ok = max(x["rel_err_dH_vs_-eta(1-r)Cov_eff_at_1e-4"] for x in rows) < 1e-3
     return claim(
-        "prop_vi1", "Clip-Cov: Cov_eff = Cov_orig - r/(1-r) (E[C | I_clip] - Cov_orig)",
+        "prop_vi1",
+        "Clip-Cov: Cov_eff = Cov_orig - r/(1-r) (E[C | I_clip] - Cov_orig)",
         "holds under conditions" if ident < 1e-12 and harness_ok else "does not hold as stated",
         {"cases": rows, "max_identity_abs_error": ident, "method_source": M.source(M.get("clip_cov"))},
         experiment="population batch (K=40 actions, N=20000 tokens, pi = counts/N, unit-scale advantages "
-                   "positively correlated with log pi, so Cov > 0 as in the collapse regime); "
-                   "selection and loss from harness clip_cov (lb=1, ub=5, eps=1, clip_ratio 2e-4..0.05); one "
-                   "tabular natural-gradient step from the loss's own token gradients; exact entropy change vs "
-                   "the effective covariance",
+        "positively correlated with log pi, so Cov > 0 as in the collapse regime); "
+        "selection and loss from harness clip_cov (lb=1, ub=5, eps=1, clip_ratio 2e-4..0.05); one "
+        "tabular natural-gradient step from the loss's own token gradients; exact entropy change vs "
+        "the effective covariance",
         conditions="the identity is exact (it is the mean of C over the unselected tokens). The entropy change of "
-                   "a Clip-Cov step is -eta * sum_{i not in I} C_i / N = -eta (1-r) Cov_eff, not -eta Cov_eff, "
-                   "because the official/harness token-mean keeps detached tokens in the denominator (a factor "
-                   "1-r, negligible at r = 2e-4); and C_i (built from A) drives the entropy exactly only for the "
-                   "natural-gradient (tabular) update, where dz = eta A; the paper's C uses dz itself",
-        supported=None if ident < 1e-12 and harness_ok else "see cases")
+        "a Clip-Cov step is -eta * sum_{i not in I} C_i / N = -eta (1-r) Cov_eff, not -eta Cov_eff, "
+        "because the official/harness token-mean keeps detached tokens in the denominator (a factor "
+        "1-r, negligible at r = 2e-4); and C_i (built from A) drives the entropy exactly only for the "
+        "natural-gradient (tabular) update, where dz = eta A; the paper's C uses dz itself",
+        supported=None if ident < 1e-12 and harness_ok else "see cases",
+    )
 
 
 def kl_full_grad_error(seed: int = 0) -> float:
@@ -162,13 +173,18 @@ def thm_vi1() -> dict:
         rel = lambda x: float((pen - x).norm() / pen.norm())
         cos = lambda x: float(pen @ x / (pen.norm() * x.norm()))
         on_policy, _, _ = kl_cov_parts(pop, pop.z, k_ratio=0.02, beta=1.0)
-        rows.append({"selected_tokens": int(sel.sum()), "selected_actions": int(acts.sum()),
-                     "rel_err_sign_form": rel(sign_form(pop, z, sel, 1.0)),
-                     "rel_err_paper_per_token_full_KL": rel(paper_tok),
-                     "cosine_paper_per_token_full_KL": cos(paper_tok),
-                     "cosine_paper_selected_actions_only": cos(paper_sel),
-                     "norm_ratio_harness/paper_per_token": float(pen.norm() / paper_tok.norm()),
-                     "penalty_norm_first_on_policy_step": float(on_policy.norm())})
+        rows.append(
+            {
+                "selected_tokens": int(sel.sum()),
+                "selected_actions": int(acts.sum()),
+                "rel_err_sign_form": rel(sign_form(pop, z, sel, 1.0)),
+                "rel_err_paper_per_token_full_KL": rel(paper_tok),
+                "cosine_paper_per_token_full_KL": cos(paper_tok),
+                "cosine_paper_selected_actions_only": cos(paper_sel),
+                "norm_ratio_harness/paper_per_token": float(pen.norm() / paper_tok.norm()),
+                "penalty_norm_first_on_policy_step": float(on_policy.norm()),
+            }
+        )
     sign_ok = max(x["rel_err_sign_form"] for x in rows) < 1e-9
     # scaling with the distance from pi_old: the paper's pull shrinks like the displacement, the |log r| pull does not
     pop = Population(30, 10000, seed=10)
@@ -181,34 +197,47 @@ def thm_vi1() -> dict:
         acts[pop.actions[sel[0]]] = True
         h_norm.append(float(pen.norm()))
         p_norm.append(float(((probs(z) - probs(pop.z)) * acts).norm()))
-    scaling = {"displacement": shifts, "harness_penalty_norm": h_norm, "paper_penalty_norm": p_norm,
-               "harness_order": fit_order(shifts, h_norm), "paper_order": fit_order(shifts, p_norm)}
+    scaling = {
+        "displacement": shifts,
+        "harness_penalty_norm": h_norm,
+        "paper_penalty_norm": p_norm,
+        "harness_order": fit_order(shifts, h_norm),
+        "paper_order": fit_order(shifts, p_norm),
+    }
     return claim(
-        "thm_vi1", "KL-Cov: dz = eta pi A - eta beta dKL(pi_old || pi_theta)/dz = eta pi A - eta beta (pi - pi_old) "
-                   "on the selected tokens",
+        "thm_vi1",
+        "KL-Cov: dz = eta pi A - eta beta dKL(pi_old || pi_theta)/dz = eta pi A - eta beta (pi - pi_old) "
+        "on the selected tokens",
         "holds under conditions" if full_err < 1e-12 and sign_ok else "does not hold as stated",
-        {"paper_form_autograd_max_abs_error": full_err, "harness_kl_cov": rows, "scaling_with_displacement": scaling,
-         "method_source": M.source(M.get("kl_cov"))},
+        {
+            "paper_form_autograd_max_abs_error": full_err,
+            "harness_kl_cov": rows,
+            "scaling_with_displacement": scaling,
+            "method_source": M.source(M.get("kl_cov")),
+        },
         experiment="(a) float64 autograd of J - beta KL(pi_old || pi) vs the closed form; (b) the harness kl_cov "
-                   "loss (k_ratio 0.02, beta 1) on a population batch drawn from pi_old, at logits moved by one "
-                   "natural PG step; its penalty's logit direction (loss with beta minus loss with beta = 0) vs "
-                   "the paper's -beta (pi - pi_old) (token-averaged over the selected tokens, or restricted to the "
-                   "selected actions) and vs a closed form",
+        "loss (k_ratio 0.02, beta 1) on a population batch drawn from pi_old, at logits moved by one "
+        "natural PG step; its penalty's logit direction (loss with beta minus loss with beta = 0) vs "
+        "the paper's -beta (pi - pi_old) (token-averaged over the selected tokens, or restricted to the "
+        "selected actions) and vs a closed form",
         conditions="exact when the penalty is the full-distribution KL(pi_old || pi_theta) as the paper writes it. "
-                   "The official/harness KL-Cov penalises beta |log pi(y_i) - log pi_old(y_i)| of the sampled "
-                   "token, whose logit direction is -(beta/N) sum_{i in I} sign(log r_i)(e_{y_i} - pi) (matched to "
-                   "float precision). It points roughly the same way as the paper's form restricted to the selected "
-                   "actions (cosine ~0.9) but is an L1 pull: its size does not shrink as pi approaches pi_old (order "
-                   "~0 in the displacement, vs ~1 for the paper's form; scaling_with_displacement), and it is "
-                   "unrelated to the per-token full-KL reading (cosine 0.1-0.25). It is exactly 0 on the first, "
-                   "on-policy update of each rollout",
-        supported=None if full_err < 1e-12 and sign_ok else "see harness_kl_cov")
+        "The official/harness KL-Cov penalises beta |log pi(y_i) - log pi_old(y_i)| of the sampled "
+        "token, whose logit direction is -(beta/N) sum_{i in I} sign(log r_i)(e_{y_i} - pi) (matched to "
+        "float precision). It points roughly the same way as the paper's form restricted to the selected "
+        "actions (cosine ~0.9) but is an L1 pull: its size does not shrink as pi approaches pi_old (order "
+        "~0 in the displacement, vs ~1 for the paper's form; scaling_with_displacement), and it is "
+        "unrelated to the per-token full-KL reading (cosine 0.1-0.25). It is exactly 0 on the first, "
+        "on-policy update of each rollout",
+        supported=None if full_err < 1e-12 and sign_ok else "see harness_kl_cov",
+    )
 
 
 SCENARIOS = {
     "after_pg_steps": lambda pop, g: pop.z + float(g.uniform(0.2, 1.0)) * pop.adv,
     "random_drift": lambda pop, g: pop.z + t(g.normal(0, 0.5, pop.k)),
-    "after_flattening": lambda pop, g: pop.z - float(g.uniform(0.2, 0.8)) * (logp(pop.z) - mean_pi(probs(pop.z), logp(pop.z))),
+    "after_flattening": lambda pop, g: (
+        pop.z - float(g.uniform(0.2, 0.8)) * (logp(pop.z) - mean_pi(probs(pop.z), logp(pop.z)))
+    ),
 }
 
 
@@ -227,8 +256,11 @@ def thm_vi2(instances: int = 20) -> dict:
             acts[pop.actions[sel[0]]] = True
             eta = 1e-4
             frac = float(sel.sum()) / pop.n
-            for name, pen in (("paper (selected actions)", -(p - p_old) * acts),
-                              ("paper (per selected token, full KL)", -frac * (p - p_old)), ("harness", pen_h)):
+            for name, pen in (
+                ("paper (selected actions)", -(p - p_old) * acts),
+                ("paper (per selected token, full KL)", -frac * (p - p_old)),
+                ("harness", pen_h),
+            ):
                 delta = -float(cov_pi(p, lp, pen))  # first-order entropy effect per unit eta*beta
                 effect = float(entropy(z + eta * (pg + pen)) - entropy(z + eta * pg)) / eta
                 rows[name].append(effect > 0)
@@ -240,22 +272,29 @@ def thm_vi2(instances: int = 20) -> dict:
     pg_ok = min(out["after_pg_steps"][n] for n in stated) >= 0.9
     always = all(min(v[n] for n in stated) == 1.0 for v in out.values())
     return claim(
-        "thm_vi2", "Under KL-Cov, Delta H ~ -eta Cov(log pi, pi A) + eta beta delta(s) with delta(s) > 0: "
-                   "the penalty counteracts entropy collapse",
+        "thm_vi2",
+        "Under KL-Cov, Delta H ~ -eta Cov(log pi, pi A) + eta beta delta(s) with delta(s) > 0: "
+        "the penalty counteracts entropy collapse",
         "holds" if always else ("holds under conditions" if pg_ok else "does not hold as stated"),
-        {"first_order_median_rel_error_of_delta": med_err, "P(penalty raises entropy)": out,
-         "instances_per_scenario": instances},
+        {
+            "first_order_median_rel_error_of_delta": med_err,
+            "P(penalty raises entropy)": out,
+            "instances_per_scenario": instances,
+        },
         experiment="random single-state population batches (K=20, N=2000, pi_old = counts/N); the current policy "
-                   "is pi_old moved by (a) a natural PG step, (b) random logit drift, (c) an entropy-raising step; "
-                   "entropy effect of the penalty (exact H after PG+penalty step minus after the PG step, per eta) "
-                   "for the paper's -beta (pi - pi_old) (on the selected actions, or token-averaged over all logits) and "
-                   "for the harness kl_cov loss "
-                   "(k_ratio 0.05, beta 1); delta from the first-order formula",
-        conditions="delta(s) > 0 (almost always: see the evidence) when the current policy moved away from pi_old along the policy gradient (the "
-                   "later mini-batch updates of a rollout: the top-covariance tokens are the ones PG made more "
-                   "likely, and the penalty pulls them back), for both the paper's KL and the harness's |log r| "
-                   "penalty; after other moves (random drift, an entropy-raising step) the penalty can lower the "
-                   "entropy (probabilities in the evidence). Read as a full KL at each selected token instead, the "
-                   "penalty raises entropy less reliably even after PG steps. On the first, on-policy update delta = 0"
-                   if not always else None,
-        supported=None if pg_ok else "the penalty does not reliably raise entropy even after PG steps")
+        "is pi_old moved by (a) a natural PG step, (b) random logit drift, (c) an entropy-raising step; "
+        "entropy effect of the penalty (exact H after PG+penalty step minus after the PG step, per eta) "
+        "for the paper's -beta (pi - pi_old) (on the selected actions, or token-averaged over all logits) and "
+        "for the harness kl_cov loss "
+        "(k_ratio 0.05, beta 1); delta from the first-order formula",
+        conditions="delta(s) > 0 (almost always: see the evidence) when the current policy moved away from pi_old "
+        "along the policy gradient (the "
+        "later mini-batch updates of a rollout: the top-covariance tokens are the ones PG made more "
+        "likely, and the penalty pulls them back), for both the paper's KL and the harness's |log r| "
+        "penalty; after other moves (random drift, an entropy-raising step) the penalty can lower the "
+        "entropy (probabilities in the evidence). Read as a full KL at each selected token instead, the "
+        "penalty raises entropy less reliably even after PG steps. On the first, on-policy update delta = 0"
+        if not always
+        else None,
+        supported=None if pg_ok else "the penalty does not reliably raise entropy even after PG steps",
+    )

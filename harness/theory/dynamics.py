@@ -6,8 +6,19 @@ import numpy as np
 import torch
 
 from .claim import claim
-from .softmax import (Tree, advantage, contextual_J, cov_pi, entropy, entropy_grad, first_order_dH, fit_order,
-                      logp, probs, random_bandit)
+from .softmax import (
+    Tree,
+    advantage,
+    contextual_J,
+    cov_pi,
+    entropy,
+    entropy_grad,
+    first_order_dH,
+    fit_order,
+    logp,
+    probs,
+    random_bandit,
+)
 
 ETAS = np.logspace(-1, -4, 7)
 
@@ -25,11 +36,14 @@ def lemma_iv1() -> dict:
     (g,) = torch.autograd.grad(entropy(zz).sum(), zz)
     errs["contextual_S20_K50"] = float((g - entropy_grad(z)).abs().max())
     worst = max(errs.values())
-    return claim("lemma_iv1", "dH_s/dz_{s,a} = -pi(a|s) (log pi(a|s) - E_pi[log pi])",
-                 "holds" if worst < 1e-12 else "does not hold as stated",
-                 {"max_abs_error_vs_autograd": errs, "worst": worst},
-                 experiment="float64 autograd gradient of the exact entropy vs the closed form",
-                 supported=None if worst < 1e-12 else "see errors")
+    return claim(
+        "lemma_iv1",
+        "dH_s/dz_{s,a} = -pi(a|s) (log pi(a|s) - E_pi[log pi])",
+        "holds" if worst < 1e-12 else "does not hold as stated",
+        {"max_abs_error_vs_autograd": errs, "worst": worst},
+        experiment="float64 autograd gradient of the exact entropy vs the closed form",
+        supported=None if worst < 1e-12 else "see errors",
+    )
 
 
 def first_order_errors(z: torch.Tensor, d: torch.Tensor, etas=ETAS):
@@ -49,12 +63,15 @@ def lemma_iv2() -> dict:
         orders.append(fit_order(ETAS, err))
         rel.append(float(err[-1] / abs(exact[-1])))
     ok = min(orders) > 1.8
-    return claim("lemma_iv2", "H(theta+dtheta) - H(theta) = -Cov_pi(log pi, dz) + o(||dz||)",
-                 "holds" if ok else "does not hold as stated",
-                 {"error_order_in_eta": orders, "relative_error_at_eta_1e-4": rel, "etas": ETAS.tolist()},
-                 experiment="K=1000 bandits, random logit directions dz = eta*d, eta from 1e-1 to 1e-4; "
-                            "fit log|error| vs log eta",
-                 supported=None if ok else "first-order error is not o(||dz||)")
+    return claim(
+        "lemma_iv2",
+        "H(theta+dtheta) - H(theta) = -Cov_pi(log pi, dz) + o(||dz||)",
+        "holds" if ok else "does not hold as stated",
+        {"error_order_in_eta": orders, "relative_error_at_eta_1e-4": rel, "etas": ETAS.tolist()},
+        experiment="K=1000 bandits, random logit directions dz = eta*d, eta from 1e-1 to 1e-4; "
+        "fit log|error| vs log eta",
+        supported=None if ok else "first-order error is not o(||dz||)",
+    )
 
 
 def prop_iv1() -> dict:
@@ -78,23 +95,27 @@ def prop_iv1() -> dict:
     p0, p1 = probs(tree.z0), probs(tree.z1)
     err_tree_paper = max(float((g0 - p0 * a0).abs().max()), float((g1 - p1 * a1).abs().max()))
     err_tree_weighted = max(float((g0 - p0 * a0).abs().max()), float((g1 - p0[:, None] * p1 * a1).abs().max()))
-    rel_paper = float(((g1 - p1 * a1).norm() / g1.norm()))
+    rel_paper = float((g1 - p1 * a1).norm() / g1.norm())
     ok = err_bandit < 1e-12 and err_ctx_weighted < 1e-12 and err_tree_weighted < 1e-12
     return claim(
-        "prop_iv1", "Policy-gradient logit update: dz_{s,a} = eta * pi(a|s) * A(s,a)",
+        "prop_iv1",
+        "Policy-gradient logit update: dz_{s,a} = eta * pi(a|s) * A(s,a)",
         "holds under conditions" if ok else "does not hold as stated",
-        {"bandit_max_abs_error": err_bandit,
-         "contextual_max_abs_error_as_stated": err_ctx_paper,
-         "contextual_max_abs_error_with_d(s)": err_ctx_weighted,
-         "tree_max_abs_error_as_stated": err_tree_paper,
-         "tree_max_abs_error_with_d(s)": err_tree_weighted,
-         "tree_child_relative_error_as_stated": rel_paper},
+        {
+            "bandit_max_abs_error": err_bandit,
+            "contextual_max_abs_error_as_stated": err_ctx_paper,
+            "contextual_max_abs_error_with_d(s)": err_ctx_weighted,
+            "tree_max_abs_error_as_stated": err_tree_paper,
+            "tree_max_abs_error_with_d(s)": err_tree_weighted,
+            "tree_child_relative_error_as_stated": rel_paper,
+        },
         experiment="float64 autograd of the exact J for a K=500 bandit, a 10-state contextual bandit and a "
-                   "depth-2 tree (8 x 12), vs eta*pi*A with the true advantage A = Q - V",
+        "depth-2 tree (8 x 12), vs eta*pi*A with the true advantage A = Q - V",
         conditions="exact for one state (a bandit / a single token position) with A the true advantage Q - V; "
-                   "with several states the update is dz_{s,a} = eta * d_pi(s) * pi(a|s) * A(s,a): the state "
-                   "visitation weight d_pi(s) (prompt frequency, probability of reaching the prefix) is missing "
-                   "from the statement and is not small in a tree")
+        "with several states the update is dz_{s,a} = eta * d_pi(s) * pi(a|s) * A(s,a): the state "
+        "visitation weight d_pi(s) (prompt frequency, probability of reaching the prefix) is missing "
+        "from the statement and is not small in a tree",
+    )
 
 
 def thm_iv1() -> dict:
@@ -108,9 +129,14 @@ def thm_iv1() -> dict:
         for kind, dz, cov in (("vanilla", p * a, cov_pi(p, lp, p * a)), ("natural", a, cov_pi(p, lp, a))):
             exact, err = first_order_errors(z, dz)
             pred = -ETAS * float(cov)
-            res[kind].append({"order": fit_order(ETAS, err), "rel_err_eta_1e-1": float(err[0] / abs(exact[0])),
-                              "rel_err_eta_1e-4": float(err[-1] / abs(exact[-1])),
-                              "sign_agrees": bool(np.all(np.sign(exact) == np.sign(pred)))})
+            res[kind].append(
+                {
+                    "order": fit_order(ETAS, err),
+                    "rel_err_eta_1e-1": float(err[0] / abs(exact[0])),
+                    "rel_err_eta_1e-4": float(err[-1] / abs(exact[-1])),
+                    "sign_agrees": bool(np.all(np.sign(exact) == np.sign(pred))),
+                }
+            )
             if seed == 0:
                 curves[kind] = err.tolist()
     tree = Tree(8, 12, seed=6)
@@ -125,14 +151,22 @@ def thm_iv1() -> dict:
     orders = [x["order"] for v in res.values() for x in v]
     ok = min(orders) > 1.8 and all(x["sign_agrees"] for v in res.values() for x in v)
     return claim(
-        "thm_iv1", "Delta H ~ -eta Cov_pi(log pi, pi A) (vanilla PG); natural PG: Delta H ~ -eta Cov_pi(log pi, A)",
+        "thm_iv1",
+        "Delta H ~ -eta Cov_pi(log pi, pi A) (vanilla PG); natural PG: Delta H ~ -eta Cov_pi(log pi, A)",
         "holds under conditions" if ok else "does not hold as stated",
-        {"bandits_K1000_x3_and_K32768": res, "etas": ETAS.tolist(), "error_curve_seed0": curves,
-         "tree_child_rel_error_without_d(s)": rel_no_d, "tree_child_rel_error_with_d(s)": rel_with_d},
+        {
+            "bandits_K1000_x3_and_K32768": res,
+            "etas": ETAS.tolist(),
+            "error_curve_seed0": curves,
+            "tree_child_rel_error_without_d(s)": rel_no_d,
+            "tree_child_rel_error_with_d(s)": rel_with_d,
+        },
         experiment="exact entropy change after one exact PG step (dz = eta pi A) and one natural PG step "
-                   "(dz = eta A) on three K=1000 bandits and one K=32768 (vocabulary-sized) bandit vs the covariance prediction; error order fitted over "
-                   "eta in [1e-4, 1e-1]; depth-2 tree per-state check",
+        "(dz = eta A) on three K=1000 bandits and one K=32768 (vocabulary-sized) bandit vs the covariance "
+        "prediction; error order fitted over "
+        "eta in [1e-4, 1e-1]; depth-2 tree per-state check",
         conditions="per state and to first order in eta (error O(eta^2), measured order ~2); in a multi-state "
-                   "problem (tree, several prompts) the state's change carries d_pi(s): "
-                   "Delta H_s ~ -eta d_pi(s) Cov(log pi, pi A)",
-        figure="first_order.png")
+        "problem (tree, several prompts) the state's change carries d_pi(s): "
+        "Delta H_s ~ -eta d_pi(s) Cov(log pi, pi A)",
+        figure="first_order.png",
+    )

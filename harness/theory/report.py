@@ -13,9 +13,24 @@ import torch
 from . import cliplow, compare, covmethods, dynamics, entreg
 from . import methods as M
 
-CLAIMS = [dynamics.lemma_iv1, dynamics.lemma_iv2, dynamics.prop_iv1, dynamics.thm_iv1, entreg.thm_v1, entreg.thm_v2,
-          entreg.cor_v1, covmethods.prop_vi1, covmethods.thm_vi1, covmethods.thm_vi2, compare.thm_vii1,
-          compare.thm_vii2, compare.thm_vii3, compare.thm_vii4, compare.prop_vii1, cliplow.park_cliplow]
+CLAIMS = [
+    dynamics.lemma_iv1,
+    dynamics.lemma_iv2,
+    dynamics.prop_iv1,
+    dynamics.thm_iv1,
+    entreg.thm_v1,
+    entreg.thm_v2,
+    entreg.cor_v1,
+    covmethods.prop_vi1,
+    covmethods.thm_vi1,
+    covmethods.thm_vi2,
+    compare.thm_vii1,
+    compare.thm_vii2,
+    compare.thm_vii3,
+    compare.thm_vii4,
+    compare.prop_vii1,
+    cliplow.park_cliplow,
+]
 
 
 def _g(d, *keys):
@@ -27,59 +42,101 @@ def _g(d, *keys):
 SUMMARY = {
     "lemma_iv1": lambda e: f"max |closed form - autograd| = {e['worst']:.1e}",
     "lemma_iv2": lambda e: f"error order in eta {min(e['error_order_in_eta']):.2f}-{max(e['error_order_in_eta']):.2f}",
-    "prop_iv1": lambda e: (f"bandit error {e['bandit_max_abs_error']:.0e}; tree child logits off by "
-                           f"{e['tree_child_relative_error_as_stated']:.1f}x (rel.) without d(s), "
-                           f"{e['tree_max_abs_error_with_d(s)']:.0e} with it"),
-    "thm_iv1": lambda e: ("error order {:.2f} (vanilla), {:.2f} (natural); rel. error at eta=1e-4 <= {:.1e}".format(
-        min(x["order"] for x in e["bandits_K1000_x3_and_K32768"]["vanilla"]), min(x["order"] for x in e["bandits_K1000_x3_and_K32768"]["natural"]),
-        max(x["rel_err_eta_1e-4"] for v in e["bandits_K1000_x3_and_K32768"].values() for x in v))),
-    "thm_v1": lambda e: (f"alpha*eta*Var(log pi) overstates the extra term {min(x['paper_over_measured'] for x in e['bandits']):.0f}"
-                         f"-{max(x['paper_over_measured'] for x in e['bandits']):.0f}x; exact form "
-                         f"sum pi^2 (log pi - mu)^2 matches to {e['max_rel_err_exact_form']:.0e}"),
-    "thm_v2": lambda e: "reward gap of softmax(r/alpha): " + ", ".join(
-        f"{x['alpha']}: {x['gap_E*[r]-E_reg[r]']:.3g}" for x in e["per_alpha"]),
-    "cor_v1": lambda e: ("usable alpha window {:.2f} decades wide (after T steps), moves {:.1f} decade per 10x reward "
-                         "scale".format(e["window_width_decades"]["scale_1.0/after_T"],
-                                        e["window_shift_decades_for_10x_reward_scale"])),
-    "prop_vi1": lambda e: ("identity error {:.0e}; dH = -eta(1-r)Cov_eff to {:.0e} rel., -eta Cov_eff off by "
-                           "{:.3f} at r={}".format(e["max_identity_abs_error"],
-                                                   max(x["rel_err_dH_vs_-eta(1-r)Cov_eff_at_1e-4"] for x in e["cases"]),
-                                                   e["cases"][1]["rel_err_dH_vs_-eta_Cov_eff_at_1e-4"],
-                                                   e["cases"][1]["r=|I|/N"])),
-    "thm_vi1": lambda e: ("paper form exact ({:.0e}); harness |log r| penalty = sign form ({:.0e}); cosine with "
-                          "the paper's form on selected actions {:.2f}-{:.2f}, but its size scales as displacement^{:.2f} "
-                          "(paper: ^{:.2f}); zero on the first update".format(
-                              e["paper_form_autograd_max_abs_error"],
-                              max(x["rel_err_sign_form"] for x in e["harness_kl_cov"]),
-                              min(x["cosine_paper_selected_actions_only"] for x in e["harness_kl_cov"]),
-                              max(x["cosine_paper_selected_actions_only"] for x in e["harness_kl_cov"]),
-                              e["scaling_with_displacement"]["harness_order"],
-                              e["scaling_with_displacement"]["paper_order"])),
-    "thm_vi2": lambda e: "P(penalty raises H): " + "; ".join(
-        f"{k}: {v['harness']:.2f}" for k, v in e["P(penalty raises entropy)"].items()) + " (harness)",
-    "thm_vii1": lambda e: ("reg variance = PG's ({:.0e}); Cov(reg)-Cov(cov) not PSD in {}/{} (Clip-Cov), {}/{} (KL-Cov) "
-                           "instances; variance ratio above 1 in {}, below 1 in {} (KL-Cov)".format(
-                               e["max_abs(Cov_reg - Cov_pg)"], e["instances_not_psd_beyond_noise"]["clip_cov"],
-                               len(e["instances"]), e["instances_not_psd_beyond_noise"]["kl_cov"], len(e["instances"]),
-                               e["instances_variance_above_pg"]["kl_cov"], e["instances_variance_below_pg"]["kl_cov"])),
+    "prop_iv1": lambda e: (
+        f"bandit error {e['bandit_max_abs_error']:.0e}; tree child logits off by "
+        f"{e['tree_child_relative_error_as_stated']:.1f}x (rel.) without d(s), "
+        f"{e['tree_max_abs_error_with_d(s)']:.0e} with it"
+    ),
+    "thm_iv1": lambda e: "error order {:.2f} (vanilla), {:.2f} (natural); rel. error at eta=1e-4 <= {:.1e}".format(
+        min(x["order"] for x in e["bandits_K1000_x3_and_K32768"]["vanilla"]),
+        min(x["order"] for x in e["bandits_K1000_x3_and_K32768"]["natural"]),
+        max(x["rel_err_eta_1e-4"] for v in e["bandits_K1000_x3_and_K32768"].values() for x in v),
+    ),
+    "thm_v1": lambda e: (
+        f"alpha*eta*Var(log pi) overstates the extra term {min(x['paper_over_measured'] for x in e['bandits']):.0f}"
+        f"-{max(x['paper_over_measured'] for x in e['bandits']):.0f}x; exact form "
+        f"sum pi^2 (log pi - mu)^2 matches to {e['max_rel_err_exact_form']:.0e}"
+    ),
+    "thm_v2": lambda e: (
+        "reward gap of softmax(r/alpha): "
+        + ", ".join(f"{x['alpha']}: {x['gap_E*[r]-E_reg[r]']:.3g}" for x in e["per_alpha"])
+    ),
+    "cor_v1": lambda e: (
+        "usable alpha window {:.2f} decades wide (after T steps), moves {:.1f} decade per 10x reward scale".format(
+            e["window_width_decades"]["scale_1.0/after_T"], e["window_shift_decades_for_10x_reward_scale"]
+        )
+    ),
+    "prop_vi1": lambda e: (
+        "identity error {:.0e}; dH = -eta(1-r)Cov_eff to {:.0e} rel., -eta Cov_eff off by {:.3f} at r={}".format(
+            e["max_identity_abs_error"],
+            max(x["rel_err_dH_vs_-eta(1-r)Cov_eff_at_1e-4"] for x in e["cases"]),
+            e["cases"][1]["rel_err_dH_vs_-eta_Cov_eff_at_1e-4"],
+            e["cases"][1]["r=|I|/N"],
+        )
+    ),
+    "thm_vi1": lambda e: (
+        "paper form exact ({:.0e}); harness |log r| penalty = sign form ({:.0e}); cosine with "
+        "the paper's form on selected actions {:.2f}-{:.2f}, but its size scales as displacement^{:.2f} "
+        "(paper: ^{:.2f}); zero on the first update".format(
+            e["paper_form_autograd_max_abs_error"],
+            max(x["rel_err_sign_form"] for x in e["harness_kl_cov"]),
+            min(x["cosine_paper_selected_actions_only"] for x in e["harness_kl_cov"]),
+            max(x["cosine_paper_selected_actions_only"] for x in e["harness_kl_cov"]),
+            e["scaling_with_displacement"]["harness_order"],
+            e["scaling_with_displacement"]["paper_order"],
+        )
+    ),
+    "thm_vi2": lambda e: (
+        "P(penalty raises H): "
+        + "; ".join(f"{k}: {v['harness']:.2f}" for k, v in e["P(penalty raises entropy)"].items())
+        + " (harness)"
+    ),
+    "thm_vii1": lambda e: (
+        "reg variance = PG's ({:.0e}); Cov(reg)-Cov(cov) not PSD in {}/{} (Clip-Cov), {}/{} (KL-Cov) "
+        "instances; variance ratio above 1 in {}, below 1 in {} (KL-Cov)".format(
+            e["max_abs(Cov_reg - Cov_pg)"],
+            e["instances_not_psd_beyond_noise"]["clip_cov"],
+            len(e["instances"]),
+            e["instances_not_psd_beyond_noise"]["kl_cov"],
+            len(e["instances"]),
+            e["instances_variance_above_pg"]["kl_cov"],
+            e["instances_variance_below_pg"]["kl_cov"],
+        )
+    ),
     "thm_vii2": lambda e: "max ratio (best |grad|^2)/bound = {:.2f}".format(
-        max(x["max_T min_t|grad|^2 / bound"] for x in e["runs"])),
+        max(x["max_T min_t|grad|^2 / bound"] for x in e["runs"])
+    ),
     "thm_vii3": lambda e: "gap at T: " + ", ".join(f"{k}: {v['gap_at_T']:.2g}" for k, v in e["final"].items()),
-    "thm_vii4": lambda e: ("P(gamma_reg > gamma_base) = {:.2f} / {:.2f} / {:.2f} for alpha 0.01 / 0.1 / 1; when the PG "
-                           "step lowers entropy: {:.2f} / {:.2f} / {:.2f}; KL-Cov first update ratio 1".format(
-                               *(v["P(gamma_reg > gamma_base)"] for v in e["entropy_reg"].values()),
-                               *(v["P(... | PG step lowers entropy)"] for v in e["entropy_reg"].values()))),
-    "prop_vii1": lambda e: ("harness top-k == linear-time selection: {}; ns/token at 2^19: KL-Cov {:.0f}, "
-                            "Clip-Cov {:.0f}, sort {:.0f}, introselect {:.1f}".format(
-                                all(e["harness_topk_equals_linear_time_selection"]),
-                                *(e["ns_per_token_at_N=2^19"][k] for k in ("kl_cov.select_tokens",
-                                                                           "clip_cov.select_tokens", "torch.sort",
-                                                                           "numpy.partition (introselect)")))),
-    "park_cliplow": lambda e: ("net clip effect at 0.2/0.2 (nats): " + ", ".join(
-        f"H0 {x['entropy_start']:.2f}: {x['net_effect'][0]:+.2f}" for x in e["regimes_symmetric"])
+    "thm_vii4": lambda e: (
+        "P(gamma_reg > gamma_base) = {:.2f} / {:.2f} / {:.2f} for alpha 0.01 / 0.1 / 1; when the PG "
+        "step lowers entropy: {:.2f} / {:.2f} / {:.2f}; KL-Cov first update ratio 1".format(
+            *(v["P(gamma_reg > gamma_base)"] for v in e["entropy_reg"].values()),
+            *(v["P(... | PG step lowers entropy)"] for v in e["entropy_reg"].values()),
+        )
+    ),
+    "prop_vii1": lambda e: (
+        "harness top-k == linear-time selection: {}; ns/token at 2^19: KL-Cov {:.0f}, "
+        "Clip-Cov {:.0f}, sort {:.0f}, introselect {:.1f}".format(
+            all(e["harness_topk_equals_linear_time_selection"]),
+            *(
+                e["ns_per_token_at_N=2^19"][k]
+                for k in (
+                    "kl_cov.select_tokens",
+                    "clip_cov.select_tokens",
+                    "torch.sort",
+                    "numpy.partition (introselect)",
+                )
+            ),
+        )
+    ),
+    "park_cliplow": lambda e: (
+        "net clip effect at 0.2/0.2 (nats): "
+        + ", ".join(f"H0 {x['entropy_start']:.2f}: {x['net_effect'][0]:+.2f}" for x in e["regimes_symmetric"])
         + "; end entropy vs symmetric: eps_low 0.1 {:+.3f}, eps_low 0.4 {:+.3f}".format(
             e["configs_peaked"]["tighter clip-low 0.1/0.2"]["end_minus_symmetric"][0],
-            e["configs_peaked"]["raised eps_low 0.4/0.2"]["end_minus_symmetric"][0])),
+            e["configs_peaked"]["raised eps_low 0.4/0.2"]["end_minus_symmetric"][0],
+        )
+    ),
 }
 
 
@@ -109,8 +166,12 @@ def run_all(only: list[str] | None = None) -> dict:
             except (KeyError, IndexError, TypeError, ValueError) as e:  # a summary must never hide a result
                 rec["summary"] = f"(summary unavailable: {e})"
             claims.append(rec)
-    return {"claims": claims, "method_source": M.source(M.get("kl_cov")), "torch": torch.__version__,
-            "seconds_total": round(sum(timing.values()), 2)}
+    return {
+        "claims": claims,
+        "method_source": M.source(M.get("kl_cov")),
+        "torch": torch.__version__,
+        "seconds_total": round(sum(timing.values()), 2),
+    }
 
 
 def _atomic_text(path: str, text: str) -> None:
@@ -140,13 +201,26 @@ def verdict_table(report: dict) -> str:
 
 
 def markdown(report: dict) -> str:
-    out = ["# Theory lab report", "",
-           f"Exact float64 experiments on softmax policies; Clip-Cov / KL-Cov through the harness's own code "
-           f"(source: `{report['method_source']}`). Total compute {report['seconds_total']} s.", "",
-           verdict_table(report), ""]
+    out = [
+        "# Theory lab report",
+        "",
+        f"Exact float64 experiments on softmax policies; Clip-Cov / KL-Cov through the harness's own code "
+        f"(source: `{report['method_source']}`). Total compute {report['seconds_total']} s.",
+        "",
+        verdict_table(report),
+        "",
+    ]
     for c in report["claims"]:
-        out += [f"## `{c['id']}`: {c['verdict']}", "", f"**Claim.** {c['statement']}", "",
-                f"**Experiment.** {c['experiment']}", "", f"**Measured.** {c.get('summary', '')}", ""]
+        out += [
+            f"## `{c['id']}`: {c['verdict']}",
+            "",
+            f"**Claim.** {c['statement']}",
+            "",
+            f"**Experiment.** {c['experiment']}",
+            "",
+            f"**Measured.** {c.get('summary', '')}",
+            "",
+        ]
         if c.get("conditions"):
             out += [f"**Conditions.** {c['conditions']}", ""]
         if c.get("supported_statement"):
@@ -184,10 +258,16 @@ def figures(report: dict, out: str) -> None:
         sw = by["thm_v1"]["evidence"]["sweep"]
         mp = np.array(sw["max_pi"])
         fig, ax = plt.subplots(figsize=(5, 3.6))
-        ax.loglog(mp, np.array(sw["Var(log pi)"]) / np.array(sw["measured"]), "o", ms=4,
-                  label="Var(log pi) / measured extra term")
-        ax.loglog(mp, np.array(sw["exact"]) / np.array(sw["measured"]), "s", ms=3,
-                  label="sum pi^2 (log pi - mu)^2 / measured")
+        ax.loglog(
+            mp,
+            np.array(sw["Var(log pi)"]) / np.array(sw["measured"]),
+            "o",
+            ms=4,
+            label="Var(log pi) / measured extra term",
+        )
+        ax.loglog(
+            mp, np.array(sw["exact"]) / np.array(sw["measured"]), "s", ms=3, label="sum pi^2 (log pi - mu)^2 / measured"
+        )
         xs = np.logspace(np.log10(mp.min()), 0, 50)
         ax.loglog(xs, 1 / xs, "k:", lw=0.8, label="1 / max pi (lower bound of the first ratio)")
         ax.set_xlabel("max_a pi_a")
@@ -245,8 +325,13 @@ def figures(report: dict, out: str) -> None:
         fig, ax = plt.subplots(figsize=(5.5, 3.8))
         for name, gaps in curves.items():
             ax.loglog(np.arange(1, len(gaps) + 1), gaps, label=name)
-        ax.axhline(by["thm_vii3"]["evidence"]["entropy_bonus_stationary_gap_softmax(r/alpha)"], color="k", ls=":",
-                   lw=0.8, label="softmax(r/alpha) gap")
+        ax.axhline(
+            by["thm_vii3"]["evidence"]["entropy_bonus_stationary_gap_softmax(r/alpha)"],
+            color="k",
+            ls=":",
+            lw=0.8,
+            label="softmax(r/alpha) gap",
+        )
         ax.set_xlabel("rollout")
         ax.set_ylabel("reward gap to optimum")
         ax.set_title("Theorem VII.3: bias of each method")

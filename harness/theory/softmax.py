@@ -6,7 +6,6 @@ action axis last; a contextual bandit is ``z`` of shape (S, K) with a state dist
 
 from __future__ import annotations
 
-
 import numpy as np
 import torch
 
@@ -129,5 +128,3 @@ def population_batch(counts: np.ndarray) -> torch.Tensor:
 def gibbs(r: torch.Tensor, alpha: float) -> torch.Tensor:
     """Maximiser of E_pi r + alpha H(pi): softmax(r / alpha)."""
     return torch.softmax(r / alpha, -1)
-
-

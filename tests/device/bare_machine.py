@@ -11,10 +11,37 @@ import os
 import sysconfig
 from pathlib import Path
 
-ABSENT = ("submitit", "cloudpickle", "math_verify", "latex2sympy2_extended", "antlr4", "antlr4_python3_runtime",
-          "lm_eval", "datasets", "evaluate", "gguf", "wandb", "tensorboard", "tensorboard_data_server", "scipy",
-          "sklearn", "scikit_learn", "pytest_timeout", "openrlhf", "deepspeed", "ray", "vllm", "flash_attn", "peft",
-          "pylatexenc", "torchdata", "hjson", "pydantic", "pydantic_core", "aiohttp")
+ABSENT = (
+    "submitit",
+    "cloudpickle",
+    "math_verify",
+    "latex2sympy2_extended",
+    "antlr4",
+    "antlr4_python3_runtime",
+    "lm_eval",
+    "datasets",
+    "evaluate",
+    "gguf",
+    "wandb",
+    "tensorboard",
+    "tensorboard_data_server",
+    "scipy",
+    "sklearn",
+    "scikit_learn",
+    "pytest_timeout",
+    "openrlhf",
+    "deepspeed",
+    "ray",
+    "vllm",
+    "flash_attn",
+    "peft",
+    "pylatexenc",
+    "torchdata",
+    "hjson",
+    "pydantic",
+    "pydantic_core",
+    "aiohttp",
+)
 
 
 def _top_name(entry: str) -> str:

@@ -28,10 +28,22 @@ PAPER = ("grpo", "rloo", "prime", "entropy_bonus", "clip_higher", "clip_cov", "k
 
 
 def _run(args, tmp_path, timeout=180):
-    env = dict(os.environ, PYTHON=f"{sys.executable} -S", HARNESS_DEVICE_WHEELS="",
-               HARNESS_DEVICE_SITE=str(tmp_path / "site"), PYTHONPATH=str(bare_machine.build(tmp_path / "bare_site")))
-    return subprocess.run(["bash", str(ROOT / "scripts" / "device_check.sh"), *args], capture_output=True, text=True,
-                          timeout=timeout, env=env, cwd=tmp_path, check=False)
+    env = dict(
+        os.environ,
+        PYTHON=f"{sys.executable} -S",
+        HARNESS_DEVICE_WHEELS="",
+        HARNESS_DEVICE_SITE=str(tmp_path / "site"),
+        PYTHONPATH=str(bare_machine.build(tmp_path / "bare_site")),
+    )
+    return subprocess.run(
+        ["bash", str(ROOT / "scripts" / "device_check.sh"), *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=env,
+        cwd=tmp_path,
+        check=False,
+    )
 
 
 @pytest.fixture(scope="module")

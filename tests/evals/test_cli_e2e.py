@@ -31,18 +31,42 @@ TINY_PROBLEMS, TINY_EXPECTED_GREEDY = _values()
 
 def test_eval_end_to_end(tiny_model, tiny_data, tmp_path, capsys):
     out = tmp_path / "out"
-    args = ["eval", "--model", tiny_model, "--suites", "math500", "--data-dir", str(tiny_data), "--out", str(out),
-            "--template", "raw", "--max-tokens", "16", "--batch-size", "4"]
+    args = [
+        "eval",
+        "--model",
+        tiny_model,
+        "--suites",
+        "math500",
+        "--data-dir",
+        str(tiny_data),
+        "--out",
+        str(out),
+        "--template",
+        "raw",
+        "--max-tokens",
+        "16",
+        "--batch-size",
+        "4",
+    ]
     assert main(args) == 0
     res = json.loads((out / "results.json").read_text())["suites"]["math500"]
-    assert {k: res[k] for k in ("suite", "n_problems", "n_samples", "temperature", "top_p", "max_tokens", "primary")} \
-        == {"suite": "math500", "n_problems": 4, "n_samples": 1, "temperature": 0.0, "top_p": 1.0, "max_tokens": 16,
-            "primary": "avg@1"}
+    assert {
+        k: res[k] for k in ("suite", "n_problems", "n_samples", "temperature", "top_p", "max_tokens", "primary")
+    } == {
+        "suite": "math500",
+        "n_problems": 4,
+        "n_samples": 1,
+        "temperature": 0.0,
+        "top_p": 1.0,
+        "max_tokens": 16,
+        "primary": "avg@1",
+    }
     assert res["metrics"]["avg@1"] == pytest.approx(TINY_EXPECTED_GREEDY)
     assert res["metrics"]["greedy"] == pytest.approx(TINY_EXPECTED_GREEDY)
     graded = read_jsonl(out / "math500.graded.jsonl")
     assert [(g["response"], g["correct"]) for g in graded] == [
-        (resp, resp.endswith("\\boxed{" + gold + "}")) for _, gold, resp in TINY_PROBLEMS]
+        (resp, resp.endswith("\\boxed{" + gold + "}")) for _, gold, resp in TINY_PROBLEMS
+    ]
     assert graded[3]["reason"] == "no_box"
     assert "avg@1=0.5000" in capsys.readouterr().out
 
@@ -58,8 +82,21 @@ def test_eval_end_to_end(tiny_model, tiny_data, tmp_path, capsys):
 
     # a larger problem set in the same directory reuses what is there
     out2 = tmp_path / "out2"
-    first = ["eval", "--model", tiny_model, "--suites", "math500", "--data-dir", str(tiny_data), "--out", str(out2),
-             "--template", "raw", "--max-tokens", "16"]
+    first = [
+        "eval",
+        "--model",
+        tiny_model,
+        "--suites",
+        "math500",
+        "--data-dir",
+        str(tiny_data),
+        "--out",
+        str(out2),
+        "--template",
+        "raw",
+        "--max-tokens",
+        "16",
+    ]
     assert main(first + ["--limit", "2"]) == 0
     assert main(first) == 0
     res3 = json.loads((out2 / "results.json").read_text())["suites"]["math500"]
@@ -75,9 +112,32 @@ def test_eval_end_to_end(tiny_model, tiny_data, tmp_path, capsys):
 
 def test_eval_sampled_protocol(tiny_model, tiny_data, tmp_path):
     out = tmp_path / "out"
-    assert main(["eval", "--model", tiny_model, "--suites", "math500", "--data-dir", str(tiny_data), "--out",
-                 str(out), "--template", "raw", "--max-tokens", "12", "--n", "3", "--temperature", "0.6",
-                 "--top-p", "0.95"]) == 0
+    assert (
+        main(
+            [
+                "eval",
+                "--model",
+                tiny_model,
+                "--suites",
+                "math500",
+                "--data-dir",
+                str(tiny_data),
+                "--out",
+                str(out),
+                "--template",
+                "raw",
+                "--max-tokens",
+                "12",
+                "--n",
+                "3",
+                "--temperature",
+                "0.6",
+                "--top-p",
+                "0.95",
+            ]
+        )
+        == 0
+    )
     res = json.loads((out / "results.json").read_text())["suites"]["math500"]
     assert (res["n_samples"], res["temperature"], res["top_p"], res["primary"]) == (3, 0.6, 0.95, "avg@3")
     assert {"avg@3", "avg@3_stderr", "pass@3", "maj@3"} <= set(res["metrics"])
@@ -93,8 +153,27 @@ def test_eval_sampled_protocol(tiny_model, tiny_data, tmp_path):
 def test_eval_code_suite_with_fixture_data(tiny_model, tmp_path):
     """The tiny model cannot code: every sample is graded in the sandbox and fails, but the pipeline runs."""
     out = tmp_path / "out"
-    assert main(["eval", "--model", tiny_model, "--suites", "humaneval_plus", "--fixtures", "--limit", "2",
-                 "--out", str(out), "--max-tokens", "4", "--template", "code_completion"]) == 0
+    assert (
+        main(
+            [
+                "eval",
+                "--model",
+                tiny_model,
+                "--suites",
+                "humaneval_plus",
+                "--fixtures",
+                "--limit",
+                "2",
+                "--out",
+                str(out),
+                "--max-tokens",
+                "4",
+                "--template",
+                "code_completion",
+            ]
+        )
+        == 0
+    )
     res = json.loads((out / "results.json").read_text())["suites"]["humaneval_plus"]
     assert res["n_problems"] == 2 and res["metrics"]["avg@1"] == 0.0
     graded = read_jsonl(out / "humaneval_plus.graded.jsonl")
@@ -123,12 +202,27 @@ def test_grade_math_and_code(tmp_path, capsys):
     rows = [
         {"id": "m1", "response": "so \\boxed{025}", "answer": "25"},
         {"id": "m2", "response": "the answer is 25", "answer": "25"},
-        {"id": "c1", "prompt": "def f(x):\n", "response": "    return x + 1\n",
-         "test": "def check(c):\n    assert c(1) == 2\n", "entry_point": "f"},
-        {"id": "c2", "prompt": "def f(x):\n", "response": "    while True: pass\n",
-         "test": "def check(c):\n    assert c(1) == 2\n", "entry_point": "f"},
-        {"id": "c3", "prompt": "def f(x):\n", "response": "    import os; os._exit(0)\n",
-         "test": "def check(c):\n    assert c(1) == 2\n", "entry_point": "f"},
+        {
+            "id": "c1",
+            "prompt": "def f(x):\n",
+            "response": "    return x + 1\n",
+            "test": "def check(c):\n    assert c(1) == 2\n",
+            "entry_point": "f",
+        },
+        {
+            "id": "c2",
+            "prompt": "def f(x):\n",
+            "response": "    while True: pass\n",
+            "test": "def check(c):\n    assert c(1) == 2\n",
+            "entry_point": "f",
+        },
+        {
+            "id": "c3",
+            "prompt": "def f(x):\n",
+            "response": "    import os; os._exit(0)\n",
+            "test": "def check(c):\n    assert c(1) == 2\n",
+            "entry_point": "f",
+        },
     ]
     src.write_text("".join(json.dumps(r) + "\n" for r in rows))
     dst = tmp_path / "graded.jsonl"
@@ -144,8 +238,12 @@ def test_grade_math_and_code(tmp_path, capsys):
 
 def test_grade_bad_input_is_clear_and_writes_nothing(tmp_path, capsys):
     src = tmp_path / "bad.jsonl"
-    src.write_text(json.dumps({"id": 1, "response": "\\boxed{1}", "answer": "1"}) + "\n" +
-                   json.dumps({"id": 2, "response": "\\boxed{1}"}) + "\n")
+    src.write_text(
+        json.dumps({"id": 1, "response": "\\boxed{1}", "answer": "1"})
+        + "\n"
+        + json.dumps({"id": 2, "response": "\\boxed{1}"})
+        + "\n"
+    )
     dst = tmp_path / "out.jsonl"
     assert main(["grade", "--input", str(src), "--output", str(dst)]) == 2
     err = capsys.readouterr().err
@@ -158,8 +256,13 @@ def test_grade_bad_input_is_clear_and_writes_nothing(tmp_path, capsys):
 def test_cli_entry_point_subprocess(tmp_path):
     src = tmp_path / "g.jsonl"
     src.write_text(json.dumps({"id": "a", "response": "\\boxed{\\frac12}", "answer": "0.5"}) + "\n")
-    r = subprocess.run([sys.executable, "-m", "harness", "grade", "--input", str(src), "--output",
-                        str(tmp_path / "o.jsonl")], cwd=REPO, capture_output=True, text=True, timeout=120)
+    r = subprocess.run(
+        [sys.executable, "-m", "harness", "grade", "--input", str(src), "--output", str(tmp_path / "o.jsonl")],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert r.returncode == 0, r.stderr
     assert read_jsonl(tmp_path / "o.jsonl")[0]["correct"] is True
 
@@ -168,8 +271,26 @@ def test_out_dir_of_another_model_is_refused(tiny_model, tiny_data, tmp_path, ca
     out = tmp_path / "out"
     out.mkdir()
     (out / "results.json").write_text(json.dumps({"engine": "hf", "model": "other/model", "suites": {}}))
-    assert main(["eval", "--model", tiny_model, "--suites", "math500", "--data-dir", str(tiny_data), "--out",
-                 str(out), "--template", "raw", "--max-tokens", "8"]) == 2
+    assert (
+        main(
+            [
+                "eval",
+                "--model",
+                tiny_model,
+                "--suites",
+                "math500",
+                "--data-dir",
+                str(tiny_data),
+                "--out",
+                str(out),
+                "--template",
+                "raw",
+                "--max-tokens",
+                "8",
+            ]
+        )
+        == 2
+    )
     assert "other/model" in capsys.readouterr().err
     assert not (out / "math500.generations.jsonl").exists()
 
@@ -182,6 +303,10 @@ def test_engine_errors(tiny_model, tmp_path, capsys):
         assert "needs the vllm package" in capsys.readouterr().err
     assert main(["eval", "--model", tiny_model, "--suites", "math500", "--fixtures", "--engine", "vlm"]) == 2
     assert "Did you mean 'vllm'" in capsys.readouterr().err
-    assert main(["eval", "--model", tiny_model, "--suites", "math500", "--fixtures", "--chat",
-                 "--out", str(tmp_path / "o")]) == 2
+    assert (
+        main(
+            ["eval", "--model", tiny_model, "--suites", "math500", "--fixtures", "--chat", "--out", str(tmp_path / "o")]
+        )
+        == 2
+    )
     assert "no chat template" in capsys.readouterr().err

@@ -56,7 +56,9 @@ def test_humaneval_completion_and_full_function(sandbox):
     row = get_suite("humaneval_plus").load(fixtures=True)[0]
     canonical = raw("humaneval_plus")[0]["canonical_solution"]
     full = "```python\nfrom typing import List\n\ndef has_close_elements(numbers, threshold):\n" + canonical + "```"
-    no_imports = "```python\ndef has_close_elements(numbers: List[float], threshold: float) -> bool:\n" + canonical + "```"
+    no_imports = (
+        "```python\ndef has_close_elements(numbers: List[float], threshold: float) -> bool:\n" + canonical + "```"
+    )
     wrong = "```python\ndef has_close_elements(numbers, threshold):\n    return False\n```"
     items = [{**row, "response": r} for r in (canonical, full, no_imports, wrong, "")]
     v = grade_code_many(items, sandbox)
@@ -70,8 +72,10 @@ def test_fixture_suites_canonical_pass_and_wrong_fail(sandbox):
     for name, sol_key in (("humaneval_plus", "canonical_solution"), ("mbpp_plus", "code"), ("kodcode", "solution")):
         rows = get_suite(name).load(fixtures=True)
         for row, r in zip(rows, raw(name)):
-            items += [{**row, "response": f"```python\n{r[sol_key]}\n```"},
-                      {**row, "response": "```python\ndef unrelated():\n    return 0\n```"}]
+            items += [
+                {**row, "response": f"```python\n{r[sol_key]}\n```"},
+                {**row, "response": "```python\ndef unrelated():\n    return 0\n```"},
+            ]
             expected += [True, False]
     verdicts = grade_code_many(items, sandbox)
     assert [v["correct"] for v in verdicts] == expected, verdicts
@@ -88,9 +92,11 @@ def test_mbpp_plus_extra_tests_run(sandbox):
 def test_livecodebench_stdin_and_functional(sandbox):
     stdin_row, call_row = get_suite("livecodebench").load(fixtures=True)
     assert len(stdin_row["tests"]) == 2 and call_row["fn_name"] == "twoSum"
-    two_sum = ("class Solution:\n    def twoSum(self, nums, target):\n        seen = {}\n"
-               "        for i, v in enumerate(nums):\n            if target - v in seen:\n"
-               "                return [seen[target - v], i]\n            seen[v] = i\n")
+    two_sum = (
+        "class Solution:\n    def twoSum(self, nums, target):\n        seen = {}\n"
+        "        for i, v in enumerate(nums):\n            if target - v in seen:\n"
+        "                return [seen[target - v], i]\n            seen[v] = i\n"
+    )
     items = [
         {**stdin_row, "response": "a, b = map(int, input().split())\nprint(a + b)\n"},
         {**stdin_row, "response": "import sys\nprint(sum(map(int, sys.stdin.read().split())))\nsys.exit(0)\n"},
@@ -108,18 +114,30 @@ def test_livecodebench_stdin_and_functional(sandbox):
 
 def test_kodcode_needs_tests_to_run(sandbox):
     row = get_suite("kodcode").load(fixtures=True)[0]
-    items = [{**row, "response": "def reverse_string(s):\n    return s[::-1]\n"},
-             {**row, "test": "from solution import reverse_string\n", "response": "def reverse_string(s): return s"},
-             {**row, "response": "import os\nos._exit(0)\n"}]
+    items = [
+        {**row, "response": "def reverse_string(s):\n    return s[::-1]\n"},
+        {**row, "test": "from solution import reverse_string\n", "response": "def reverse_string(s): return s"},
+        {**row, "response": "import os\nos._exit(0)\n"},
+    ]
     v = grade_code_many(items, sandbox)
     assert [x["status"] for x in v] == ["passed", "failed", "failed"], v
     assert "no tests ran" in v[1]["detail"]
 
 
 def test_malformed_item_is_an_error_not_a_crash(sandbox):
-    v = grade_code_many([{"id": "x", "response": "print(1)", "format": "lcb", "tests": []},
-                         {"id": "y", "prompt": "def f():\n", "response": "    return 1\n",
-                          "test": "def check(c):\n    assert c() == 1\n", "entry_point": "f"}], sandbox)
+    v = grade_code_many(
+        [
+            {"id": "x", "response": "print(1)", "format": "lcb", "tests": []},
+            {
+                "id": "y",
+                "prompt": "def f():\n",
+                "response": "    return 1\n",
+                "test": "def check(c):\n    assert c() == 1\n",
+                "entry_point": "f",
+            },
+        ],
+        sandbox,
+    )
     assert v[0]["status"] == "error" and "no tests" in v[0]["detail"]
     assert v[1]["status"] == "passed"
 

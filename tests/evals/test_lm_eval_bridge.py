@@ -35,16 +35,37 @@ def test_our_suite_under_lm_eval_hf_model(tiny_model, tiny_data):
     from evals.lm_eval_bridge import TASK_DIR
 
     tm = TaskManager(include_path=str(TASK_DIR), metadata={"data_dir": str(tiny_data), "template": "raw"})
-    res = lm_eval.simple_evaluate(model="hf", model_args=f"pretrained={tiny_model},dtype=float32,device=cpu",
-                                  tasks=["harness_math500"], task_manager=tm, bootstrap_iters=0,
-                                  gen_kwargs="max_gen_toks=16")
+    res = lm_eval.simple_evaluate(
+        model="hf",
+        model_args=f"pretrained={tiny_model},dtype=float32,device=cpu",
+        tasks=["harness_math500"],
+        task_manager=tm,
+        bootstrap_iters=0,
+        gen_kwargs="max_gen_toks=16",
+    )
     assert res["results"]["harness_math500"]["avg_at_k,all"] == pytest.approx(0.5)  # same as harness eval
 
 
 def test_lm_eval_through_our_engine_cli(tiny_model, tiny_data, tmp_path, capsys):
     out = tmp_path / "out"
-    assert main(["eval", "--model", tiny_model, "--lm-eval-tasks", "harness_math500", "--data-dir", str(tiny_data),
-                 "--template", "raw", "--out", str(out)]) == 0
+    assert (
+        main(
+            [
+                "eval",
+                "--model",
+                tiny_model,
+                "--lm-eval-tasks",
+                "harness_math500",
+                "--data-dir",
+                str(tiny_data),
+                "--template",
+                "raw",
+                "--out",
+                str(out),
+            ]
+        )
+        == 0
+    )
     res = json.loads((out / "lm_eval_results.json").read_text())
     assert res["harness_math500"]["avg_at_k,all"] == pytest.approx(0.5)
     assert "harness_math500" in capsys.readouterr().out
@@ -75,7 +96,14 @@ def test_process_results_code_goes_through_the_sandbox():
     docs = load_docs("humaneval_plus", fixtures=True)["test"]
     doc = docs[1]  # add(a, b)
     assert doc["prompt_text"].startswith("Complete the following Python function")
-    r = process_results(doc, [["```python\ndef add(a: int, b: int) -> int:\n    return a + b\n```",
-                               "```python\ndef add(a, b):\n    return a - b\n```",
-                               "```python\nimport os\nos._exit(0)\n```"]])
+    r = process_results(
+        doc,
+        [
+            [
+                "```python\ndef add(a: int, b: int) -> int:\n    return a + b\n```",
+                "```python\ndef add(a, b):\n    return a - b\n```",
+                "```python\nimport os\nos._exit(0)\n```",
+            ]
+        ],
+    )
     assert r["avg_at_k"] == pytest.approx(1 / 3) and r["pass_at_k"] == 1.0

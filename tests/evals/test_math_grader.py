@@ -9,26 +9,41 @@ pytest.importorskip("math_verify")
 from evals.math_grader import MathGraderPool, extract_last_boxed, grade_math, grade_math_many, normalize_answer
 
 
-@pytest.mark.parametrize("text,expected", [
-    (r"so \boxed{5}.", "5"),
-    (r"first \boxed{3} then corrected: \boxed{4}", "4"),  # last box wins
-    (r"\boxed{\frac{1}{2}}", r"\frac{1}{2}"),  # nested braces
-    (r"\boxed{\left( 3, \frac{\pi}{2} \right)}", r"\left( 3, \frac{\pi}{2} \right)"),
-    (r"\fbox{7}", "7"),
-    (r"\boxed 9$", "9"),  # old-style \boxed 9
-    (r"\boxed{3} and then \boxed{4", "3"),  # an unclosed last box is not an answer
-    (r"\boxed{5", None),
-    ("The answer is 5.", None),
-    ("", None),
-])
+@pytest.mark.parametrize(
+    "text,expected",
+    [
+        (r"so \boxed{5}.", "5"),
+        (r"first \boxed{3} then corrected: \boxed{4}", "4"),  # last box wins
+        (r"\boxed{\frac{1}{2}}", r"\frac{1}{2}"),  # nested braces
+        (r"\boxed{\left( 3, \frac{\pi}{2} \right)}", r"\left( 3, \frac{\pi}{2} \right)"),
+        (r"\fbox{7}", "7"),
+        (r"\boxed 9$", "9"),  # old-style \boxed 9
+        (r"\boxed{3} and then \boxed{4", "3"),  # an unclosed last box is not an answer
+        (r"\boxed{5", None),
+        ("The answer is 5.", None),
+        ("", None),
+    ],
+)
 def test_extract_last_boxed(text, expected):
     assert extract_last_boxed(text) == expected
 
 
-@pytest.mark.parametrize("raw,norm", [
-    ("025", "25"), ("007", "7"), ("0", "0"), ("-05", "-5"), ("27.0", "27"), ("10,000", "10000"),
-    ("10{,}000", "10000"), ("1\\,000", "1000"), ("$42$", "42"), ("3, 1", "3, 1"), ("0.5", "0.5"),
-])
+@pytest.mark.parametrize(
+    "raw,norm",
+    [
+        ("025", "25"),
+        ("007", "7"),
+        ("0", "0"),
+        ("-05", "-5"),
+        ("27.0", "27"),
+        ("10,000", "10000"),
+        ("10{,}000", "10000"),
+        ("1\\,000", "1000"),
+        ("$42$", "42"),
+        ("3, 1", "3, 1"),
+        ("0.5", "0.5"),
+    ],
+)
 def test_normalize_answer(raw, norm):
     assert normalize_answer(raw) == norm
 

@@ -7,16 +7,19 @@ import pytest
 from evals.metrics import majority_correct, mean_and_stderr, pass_at_k, summarize
 
 
-@pytest.mark.parametrize("n,c,k,expected", [
-    (4, 2, 2, 1 - 1 / 6),  # 1 - C(2,2)/C(4,2)
-    (4, 2, 1, 0.5),  # pass@1 = c/n
-    (10, 3, 1, 0.3),
-    (5, 0, 3, 0.0),
-    (3, 3, 2, 1.0),
-    (4, 1, 4, 1.0),  # n - c < k
-    (32, 1, 8, 1 - math.comb(31, 8) / math.comb(32, 8)),  # = 8/32
-    (6, 2, 3, 1 - math.comb(4, 3) / math.comb(6, 3)),  # 1 - 4/20 = 0.8
-])
+@pytest.mark.parametrize(
+    "n,c,k,expected",
+    [
+        (4, 2, 2, 1 - 1 / 6),  # 1 - C(2,2)/C(4,2)
+        (4, 2, 1, 0.5),  # pass@1 = c/n
+        (10, 3, 1, 0.3),
+        (5, 0, 3, 0.0),
+        (3, 3, 2, 1.0),
+        (4, 1, 4, 1.0),  # n - c < k
+        (32, 1, 8, 1 - math.comb(31, 8) / math.comb(32, 8)),  # = 8/32
+        (6, 2, 3, 1 - math.comb(4, 3) / math.comb(6, 3)),  # 1 - 4/20 = 0.8
+    ],
+)
 def test_pass_at_k(n, c, k, expected):
     assert pass_at_k(n, c, k) == pytest.approx(expected, abs=1e-12)
 
@@ -73,9 +76,11 @@ def test_maj_merges_equivalent_wrong_answers():
     from evals.math_grader import merge_equivalent_answers
 
     # gold 3: one correct sample; "1/2" and "0.5" are the same wrong answer -> that class (2) beats "3" (1)
-    per = [{"answers": ["3", "\\frac{1}{2}", "0.5", None], "correct": [True, False, False, False]},
-           # merging cannot change this vote (2 correct vs 2 wrong strings of different values)
-           {"answers": ["7", "7", "1", "2"], "correct": [True, True, False, False]}]
+    per = [
+        {"answers": ["3", "\\frac{1}{2}", "0.5", None], "correct": [True, False, False, False]},
+        # merging cannot change this vote (2 correct vs 2 wrong strings of different values)
+        {"answers": ["7", "7", "1", "2"], "correct": [True, True, False, False]},
+    ]
     assert majority_correct(per[0]["answers"], per[0]["correct"])  # by strings: three classes of 1 -> first
     merge_equivalent_answers(per, workers=1)
     assert per[0]["answers"][1] == per[0]["answers"][2] != per[0]["answers"][0]

@@ -14,17 +14,20 @@ def _one_error(capsys) -> str:
     return err
 
 
-@pytest.mark.parametrize("extra, fragment", [
-    (["--top-p", "0"], "--top-p 0.0: allowed 0 < top_p <= 1"),
-    (["--top-p", "1.5"], "allowed 0 < top_p <= 1"),
-    (["--temperature", "-1"], "--temperature -1.0: must be >= 0"),
-    (["--n", "0"], "--n 0: must be >= 1"),
-    (["--limit", "-3"], "--limit -3: must be >= 1"),
-    (["--workers", "0"], "--workers 0: must be >= 1"),
-    (["--batch-size", "0"], "--batch-size 0: must be >= 1"),
-    (["--max-tokens", "0"], "--max-tokens 0: must be >= 1"),
-    (["--lm-eval-tasks", "gsm8k"], "--suites and --lm-eval-tasks are two separate evaluations"),
-])
+@pytest.mark.parametrize(
+    "extra, fragment",
+    [
+        (["--top-p", "0"], "--top-p 0.0: allowed 0 < top_p <= 1"),
+        (["--top-p", "1.5"], "allowed 0 < top_p <= 1"),
+        (["--temperature", "-1"], "--temperature -1.0: must be >= 0"),
+        (["--n", "0"], "--n 0: must be >= 1"),
+        (["--limit", "-3"], "--limit -3: must be >= 1"),
+        (["--workers", "0"], "--workers 0: must be >= 1"),
+        (["--batch-size", "0"], "--batch-size 0: must be >= 1"),
+        (["--max-tokens", "0"], "--max-tokens 0: must be >= 1"),
+        (["--lm-eval-tasks", "gsm8k"], "--suites and --lm-eval-tasks are two separate evaluations"),
+    ],
+)
 def test_eval_refuses_meaningless_values_before_loading_a_model(tmp_path, capsys, extra, fragment):
     # the model does not exist: the refusal must come before anything tries to load it
     assert main(["eval", "--model", str(tmp_path / "nope"), "--suites", "math500", *extra]) == 2
@@ -47,21 +50,27 @@ def _lines(tmp_path, rows) -> str:
 MATH = [{"id": 1, "response": "\\boxed{4}", "answer": "4"}]
 
 
-@pytest.mark.parametrize("extra, fragment", [
-    (["--timeout", "0"], "--timeout 0.0: must be > 0 seconds"),
-    (["--timeout", "-2"], "must be > 0 seconds"),
-    (["--workers", "0"], "--workers 0: must be >= 1"),
-])
+@pytest.mark.parametrize(
+    "extra, fragment",
+    [
+        (["--timeout", "0"], "--timeout 0.0: must be > 0 seconds"),
+        (["--timeout", "-2"], "must be > 0 seconds"),
+        (["--workers", "0"], "--workers 0: must be >= 1"),
+    ],
+)
 def test_grade_refuses_meaningless_budgets(tmp_path, capsys, extra, fragment):
     dst = tmp_path / "out.jsonl"
     assert main(["grade", "--input", _lines(tmp_path, MATH), "--output", str(dst), *extra]) == 2
     assert fragment in _one_error(capsys) and not dst.exists()
 
 
-@pytest.mark.parametrize("row", [
-    {"id": 1, "response": "def f(): pass", "entry_point": "f"},           # auto: code, but no tests
-    {"id": 1, "response": "def f(): pass", "test": "", "entry_point": "f"},  # empty tests
-])
+@pytest.mark.parametrize(
+    "row",
+    [
+        {"id": 1, "response": "def f(): pass", "entry_point": "f"},  # auto: code, but no tests
+        {"id": 1, "response": "def f(): pass", "test": "", "entry_point": "f"},  # empty tests
+    ],
+)
 def test_grade_refuses_a_code_line_without_tests_naming_file_and_line(tmp_path, capsys, row):
     src, dst = _lines(tmp_path, [row]), tmp_path / "out.jsonl"
     assert main(["grade", "--input", src, "--output", str(dst)]) == 2

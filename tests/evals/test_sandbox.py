@@ -38,8 +38,10 @@ def test_full_isolation_as_root(sandbox):
 
 def test_missing_is_reported_plainly():
     sb = Sandbox.__new__(Sandbox)
-    sb.is_root, sb.isolation = False, {"user": "unchanged", "network": "shared", "pid": "shared",
-                                        "filesystem": "shared"}
+    sb.is_root, sb.isolation = (
+        False,
+        {"user": "unchanged", "network": "shared", "pid": "shared", "filesystem": "shared"},
+    )
     text = sb.describe()
     for word in ("network", "PID", "filesystem", "unprivileged uid"):
         assert word in text
@@ -78,8 +80,11 @@ def test_battery(sandbox, tmp_path, monkeypatch):
         "infinite_loop": ("while True:\n    pass\n", "timeout"),
         "sleeping_loop": ("import time\nwhile True:\n    time.sleep(0.5)\n", "timeout"),
         "memory_bomb": ("x = bytearray(8 << 30)\n", "failed"),
-        "many_forks": ("import os, time\nfor i in range(200):\n    if os.fork() == 0:\n        time.sleep(30)\n"
-                       "        os._exit(0)\n", "failed"),
+        "many_forks": (
+            "import os, time\nfor i in range(200):\n    if os.fork() == 0:\n        time.sleep(30)\n"
+            "        os._exit(0)\n",
+            "failed",
+        ),
         # /tmp inside the sandbox is private to the program: the write succeeds there and vanishes with it
         "write_tmp": (f"open({outside!r}, 'w').write('x')\n", "passed" if ROOT else None),
         "write_var_tmp": (f"open('/var/tmp/harness-escape-{uuid.uuid4().hex}', 'w').write('x')\n", "failed"),
@@ -88,16 +93,25 @@ def test_battery(sandbox, tmp_path, monkeypatch):
         "read_shadow": ("print(open('/etc/shadow').read())\n", "failed"),
         "network": ("import socket\nsocket.create_connection(('1.1.1.1', 53), timeout=2)\n", "failed"),
         "network_local": ("import socket\nsocket.create_connection(('127.0.0.1', 22), timeout=2)\n", "failed"),
-        "kill_parent": ("import os, signal\nfor p in (os.getppid(), -1, 1):\n    try:\n        os.kill(p, 9)\n"
-                        "    except OSError:\n        pass\nraise SystemExit(3)\n", "failed"),
+        "kill_parent": (
+            "import os, signal\nfor p in (os.getppid(), -1, 1):\n    try:\n        os.kill(p, 9)\n"
+            "    except OSError:\n        pass\nraise SystemExit(3)\n",
+            "failed",
+        ),
         "huge_output": ("import sys\nwhile True:\n    sys.stdout.write('x' * 65536)\n", "error"),
         "early_exit0": ("import os\nos._exit(0)\nassert False\n", "failed"),
         "sys_exit0": ("import sys\nsys.exit(0)\nassert False\n", "failed"),
-        "fake_report": ("import os\nfor fd in range(3, 20):\n    try:\n"
-                        "        os.write(fd, b'deadbeef {\"ok\": true}\\n')\n"
-                        "    except OSError:\n        pass\nos._exit(0)\n", "failed"),
-        "env_leak": ("import os\nassert 'HARNESS_TEST_SECRET' not in os.environ\nassert os.environ['HOME'] == "
-                     "'/sandbox' or True\n", "passed"),
+        "fake_report": (
+            "import os\nfor fd in range(3, 20):\n    try:\n"
+            "        os.write(fd, b'deadbeef {\"ok\": true}\\n')\n"
+            "    except OSError:\n        pass\nos._exit(0)\n",
+            "failed",
+        ),
+        "env_leak": (
+            "import os\nassert 'HARNESS_TEST_SECRET' not in os.environ\nassert os.environ['HOME'] == "
+            "'/sandbox' or True\n",
+            "passed",
+        ),
         "big_file": ("open('big', 'wb').write(b'x' * (64 << 20))\n", "failed"),
     }
     t0 = time.monotonic()
@@ -119,8 +133,10 @@ def test_battery(sandbox, tmp_path, monkeypatch):
 
 @needs_root
 def test_no_process_survives_a_program(sandbox):
-    code = ("import os, time\nif os.fork() == 0:\n    os.setsid()\n    if os.fork() == 0:\n        time.sleep(60)\n"
-            "    os._exit(0)\ntime.sleep(0.2)\n")
+    code = (
+        "import os, time\nif os.fork() == 0:\n    os.setsid()\n    if os.fork() == 0:\n        time.sleep(60)\n"
+        "    os._exit(0)\ntime.sleep(0.2)\n"
+    )
     res, v = run(sandbox, code)
     assert v["status"] == "passed"
     time.sleep(0.2)
@@ -145,22 +161,35 @@ def _uid_of(pid):
 
 
 def test_programs_cannot_plant_files_for_later_samples(sandbox):
-    plant = ("import os\nfor p in ('/tmp/plant', 'plant', '/sandbox/../plant', '/var/tmp/plant', '/dev/shm/plant'):\n"
-             "    try:\n        open(p, 'w').write('answer')\n    except OSError:\n        pass\n")
-    look = ("import os, glob\nfound = [p for p in ('/tmp/plant', 'plant', '/plant', '/var/tmp/plant', '/dev/shm/plant')"
-            " if os.path.exists(p)]\nfound += glob.glob('/tmp/*') + glob.glob('/tmp/harness-sandbox-*/*')\n"
-            "assert not found, found\n")
+    plant = (
+        "import os\nfor p in ('/tmp/plant', 'plant', '/sandbox/../plant', '/var/tmp/plant', '/dev/shm/plant'):\n"
+        "    try:\n        open(p, 'w').write('answer')\n    except OSError:\n        pass\n"
+    )
+    look = (
+        "import os, glob\nfound = [p for p in ('/tmp/plant', 'plant', '/plant', '/var/tmp/plant', '/dev/shm/plant')"
+        " if os.path.exists(p)]\nfound += glob.glob('/tmp/*') + glob.glob('/tmp/harness-sandbox-*/*')\n"
+        "assert not found, found\n"
+    )
     # sequential (same slot reused) and concurrent (other slot)
-    results = sandbox.run_many([({"prog.py": plant}, {"mode": "script"}), ({"prog.py": look}, {"mode": "script"})]
-                               + [({"prog.py": look}, {"mode": "script"})])
-    assert [classify(r, {})["status"] for r in results] == ["passed", "passed", "passed"], \
-        [r.report for r in results]
+    results = sandbox.run_many(
+        [({"prog.py": plant}, {"mode": "script"}), ({"prog.py": look}, {"mode": "script"})]
+        + [({"prog.py": look}, {"mode": "script"})]
+    )
+    assert [classify(r, {})["status"] for r in results] == ["passed", "passed", "passed"], [r.report for r in results]
     assert not os.path.exists("/tmp/plant")
 
 
 def test_many_programs_in_parallel(sandbox):
-    items = [{"id": str(i), "prompt": "def f(x):\n", "response": f"    return x * {i}\n",
-              "test": f"def check(c):\n    assert c(2) == {2 * i}\n", "entry_point": "f"} for i in range(12)]
+    items = [
+        {
+            "id": str(i),
+            "prompt": "def f(x):\n",
+            "response": f"    return x * {i}\n",
+            "test": f"def check(c):\n    assert c(2) == {2 * i}\n",
+            "entry_point": "f",
+        }
+        for i in range(12)
+    ]
     items[5]["response"] = "    return -1\n"
     verdicts = grade_code_many(items, sandbox)
     assert [v["correct"] for v in verdicts] == [i != 5 for i in range(12)]
@@ -188,16 +217,22 @@ def test_as_unprivileged_user_it_uses_user_namespaces_and_says_what_is_missing(t
         "from evals.sandbox import Sandbox, Limits\n"
         "sb = Sandbox(limits=Limits(wall_s=3, cpu_s=3), workers=1)\n"
         "codes = ['import socket\\nsocket.create_connection((\"127.0.0.1\", 22), timeout=1)',\n"
-        "         'open(\"/tmp/harness_nonroot_probe\", \"w\").write(\"1\")\\n'\n"
+        '         \'open("/tmp/harness_nonroot_probe", "w").write("1")\\n\'\n'
         "         'import os\\nassert os.listdir(\"/tmp\")',\n"
         "         'while True: pass']\n"
         "res = [sb.run({'prog.py': c}, {'mode': 'script'}) for c in codes]\n"
         "print(json.dumps({'iso': sb.isolation, 'missing': sb.missing, 'describe': sb.describe(),\n"
         "                  'res': [(r.status, r.report) for r in res]}))\n"
-        "sb.close()\n") % str(repo)
+        "sb.close()\n"
+    ) % str(repo)
     try:
-        r = subprocess.run(["/usr/bin/setpriv", "--reuid=65534", "--regid=65534", "--clear-groups",
-                            "/usr/bin/python3", "-c", script], cwd="/tmp", capture_output=True, text=True, timeout=120)
+        r = subprocess.run(
+            ["/usr/bin/setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "/usr/bin/python3", "-c", script],
+            cwd="/tmp",
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
     finally:
         shutil.rmtree(repo, ignore_errors=True)
     if "sandbox self-test failed" in r.stderr and "unshare" in r.stderr:

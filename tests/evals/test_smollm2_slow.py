@@ -29,15 +29,54 @@ def test_smollm2_on_fixture_problems(tmp_path):
     data = tmp_path / "data"
     data.mkdir()
     problems = [("What is 2+3?", "5"), ("What is 10 times 4?", "40"), ("What is 9 minus 7?", "2")]
-    (data / "math500.jsonl").write_text("".join(
-        json.dumps({"problem": p, "answer": a, "unique_id": f"s{i}"}) + "\n" for i, (p, a) in enumerate(problems)))
+    (data / "math500.jsonl").write_text(
+        "".join(
+            json.dumps({"problem": p, "answer": a, "unique_id": f"s{i}"}) + "\n" for i, (p, a) in enumerate(problems)
+        )
+    )
     out = tmp_path / "out"
     # data is checked before the model loads: humaneval_plus is not in the data dir -> exit 2, nothing written
-    assert main(["eval", "--model", model, "--suites", "math500,humaneval_plus", "--data-dir", str(data),
-                 "--max-tokens", "48", "--threads", "1", "--out", str(out)]) == 2
+    assert (
+        main(
+            [
+                "eval",
+                "--model",
+                model,
+                "--suites",
+                "math500,humaneval_plus",
+                "--data-dir",
+                str(data),
+                "--max-tokens",
+                "48",
+                "--threads",
+                "1",
+                "--out",
+                str(out),
+            ]
+        )
+        == 2
+    )
     assert not out.exists()
-    assert main(["eval", "--model", model, "--suites", "math500", "--data-dir", str(data), "--max-tokens", "48",
-                 "--threads", "1", "--out", str(out)]) == 0
+    assert (
+        main(
+            [
+                "eval",
+                "--model",
+                model,
+                "--suites",
+                "math500",
+                "--data-dir",
+                str(data),
+                "--max-tokens",
+                "48",
+                "--threads",
+                "1",
+                "--out",
+                str(out),
+            ]
+        )
+        == 0
+    )
     res = json.loads((out / "results.json").read_text())
     r = res["suites"]["math500"]
     assert (r["n_problems"], r["n_samples"], r["max_tokens"]) == (3, 1, 48)

@@ -7,8 +7,19 @@ import pytest
 
 from evals.suites import SUITES, Protocol, get_suite, list_suites, resolve_suites
 
-PAPER_SUITES = ["aime24", "aime25", "amc23", "math500", "minerva", "olympiadbench", "omnimath",
-                "humaneval_plus", "mbpp_plus", "livecodebench", "kodcode"]
+PAPER_SUITES = [
+    "aime24",
+    "aime25",
+    "amc23",
+    "math500",
+    "minerva",
+    "olympiadbench",
+    "omnimath",
+    "humaneval_plus",
+    "mbpp_plus",
+    "livecodebench",
+    "kodcode",
+]
 
 
 def test_all_suites_registered_with_fixtures():
@@ -50,8 +61,10 @@ def test_field_conversions():
     assert [r["answer"] for r in minerva] == ["6", "1000"]  # from the boxed solution
     ob = get_suite("olympiadbench").load(fixtures=True)
     assert ob[0]["answer"] == "-2, 2"
-    assert get_suite("math500").load(fixtures=True, template="prime_math")[1]["prompt_text"] == \
-        "What is $1+1$?\n\nPresent the answer in LaTex format: \\boxed{Your answer}"
+    assert (
+        get_suite("math500").load(fixtures=True, template="prime_math")[1]["prompt_text"]
+        == "What is $1+1$?\n\nPresent the answer in LaTex format: \\boxed{Your answer}"
+    )
 
 
 def test_local_files_override_the_hub(tmp_path):

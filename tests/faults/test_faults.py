@@ -83,8 +83,11 @@ def test_sigkill_mid_append_then_the_run_finishes(tmp_path, capsys):
     torch.save(blob2, rd / "checkpoints" / "latest.pt")
     capsys.readouterr()
 
-    writer = subprocess.Popen([sys.executable, "-c", TORN_WRITER, str(rd / "metrics.jsonl"), '{"step": 3, "rew'],
-                              stdout=subprocess.PIPE, text=True)
+    writer = subprocess.Popen(
+        [sys.executable, "-c", TORN_WRITER, str(rd / "metrics.jsonl"), '{"step": 3, "rew'],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     assert writer.stdout.readline().strip() == "written"
     _kill(writer)  # a real SIGKILL while the line is half written
     assert not (rd / "metrics.jsonl").read_text().endswith("\n")
@@ -238,8 +241,13 @@ def test_a_labmate_reads_the_run(capsys):
             os.setgid(nobody.pw_gid)
             os.setuid(nobody.pw_uid)
 
-        out = subprocess.run(["/usr/bin/env", "python3", "-c", probe, *[str(shared / "rd" / f) for f in files]],
-                             preexec_fn=become, capture_output=True, text=True, cwd="/")
+        out = subprocess.run(
+            ["/usr/bin/env", "python3", "-c", probe, *[str(shared / "rd" / f) for f in files]],
+            preexec_fn=become,
+            capture_output=True,
+            text=True,
+            cwd="/",
+        )
         assert out.returncode == 0, out.stderr
         assert out.stdout.strip() == f"read {len(files)}"
     finally:

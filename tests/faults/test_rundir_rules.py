@@ -53,11 +53,14 @@ def test_updates_threshold_is_half_the_expected_steps():
     assert finished_status({"made": 5, "expected": 10}) == "completed"
 
 
-@pytest.mark.parametrize("overrides, fragment", [
-    (["train.samples_per_prompt=1", "train.dynamic_filtering=true"], "filters every group"),
-    (["train.samples_per_prompt=1", "method.advantage=prime"], "needs at least 2 responses per prompt"),
-    (["eval.top_p=0"], "eval.top_p: 0.0 keeps no token; allowed: 0 < top_p <= 1"),
-])
+@pytest.mark.parametrize(
+    "overrides, fragment",
+    [
+        (["train.samples_per_prompt=1", "train.dynamic_filtering=true"], "filters every group"),
+        (["train.samples_per_prompt=1", "method.advantage=prime"], "needs at least 2 responses per prompt"),
+        (["eval.top_p=0"], "eval.top_p: 0.0 keeps no token; allowed: 0 < top_p <= 1"),
+    ],
+)
 def test_configs_that_can_never_update_or_evaluate_are_refused_in_dry_run(tmp_path, capsys, overrides, fragment):
     cfg = cfg_file(tmp_path)
     assert main(["train", str(cfg), *overrides, "--dry-run"]) == 2
@@ -67,8 +70,11 @@ def test_configs_that_can_never_update_or_evaluate_are_refused_in_dry_run(tmp_pa
 
 
 def test_sweep_dry_run_refuses_prime_with_one_sample(tmp_path, capsys):
-    spec = {"name": "s", "base": tiny_pocket_base(), "grid": {"method.advantage": ["grpo", "prime"],
-                                                             "train.samples_per_prompt": [1]}}
+    spec = {
+        "name": "s",
+        "base": tiny_pocket_base(),
+        "grid": {"method.advantage": ["grpo", "prime"], "train.samples_per_prompt": [1]},
+    }
     p = tmp_path / "s.yaml"
     p.write_text(yaml.safe_dump(spec))
     assert main(["sweep", str(p), "--dry-run"]) == 2
@@ -137,8 +143,14 @@ def test_collection_warns_about_nested_runs_and_reads_both(tmp_path):
 def _job(d: Path, pid: int, submitted_at: float, host: str | None = None) -> None:
     d.mkdir(parents=True, exist_ok=True)
     (d / "cell.json").write_text(json.dumps({"id": "abc", "alias": "a"}))
-    job = {"job_id": str(pid), "executor": "local", "folder": str(d / "_submitit"), "group": "g",
-           "submitted_at": submitted_at, "host": host or socket.gethostname()}
+    job = {
+        "job_id": str(pid),
+        "executor": "local",
+        "folder": str(d / "_submitit"),
+        "group": "g",
+        "submitted_at": submitted_at,
+        "host": host or socket.gethostname(),
+    }
     (d / "jobs.jsonl").write_text(json.dumps(job) + "\n")
 
 
@@ -177,8 +189,9 @@ def test_insufficient_updates_cell_is_done(tmp_path):
     from harness.sweeps.status import cell_status
 
     _job(tmp_path / "c", 999999999, time.time())
-    (tmp_path / "c" / "result.json").write_text(json.dumps({"status": "insufficient_updates",
-                                                            "updates": {"made": 0, "expected": 4}}))
+    (tmp_path / "c" / "result.json").write_text(
+        json.dumps({"status": "insufficient_updates", "updates": {"made": 0, "expected": 4}})
+    )
     st = cell_status(tmp_path / "c")
     assert st.state == "done" and "0 of 4" in st.detail
 

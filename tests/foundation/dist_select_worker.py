@@ -28,8 +28,9 @@ if __name__ == "__main__":
         lp, old, adv, mask = minibatch()
         rows = torch.arange(len(mask))[rank::world]
         m = harness.get_method(name, scope="global", **{key: float(value)})
-        plan = m.selection_plan(lp[rows], old[rows], adv[rows], mask[rows],
-                                 generator=torch.Generator().manual_seed(100 + rank))
+        plan = m.selection_plan(
+            lp[rows], old[rows], adv[rows], mask[rows], generator=torch.Generator().manual_seed(100 + rank)
+        )
         torch.save({"rows": rows, "plan": plan}, out_file)
     finally:
         dist.destroy_process_group()

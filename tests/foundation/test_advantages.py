@@ -7,8 +7,19 @@ import torch
 
 import harness
 
-MASK = torch.tensor([[1, 1, 1, 1, 1], [1, 1, 1, 0, 0], [1, 1, 1, 1, 0], [1, 0, 0, 0, 0],
-                     [1, 1, 1, 1, 1], [1, 1, 0, 0, 0], [1, 1, 1, 1, 1], [1, 1, 1, 0, 0]], dtype=torch.float32)
+MASK = torch.tensor(
+    [
+        [1, 1, 1, 1, 1],
+        [1, 1, 1, 0, 0],
+        [1, 1, 1, 1, 0],
+        [1, 0, 0, 0, 0],
+        [1, 1, 1, 1, 1],
+        [1, 1, 0, 0, 0],
+        [1, 1, 1, 1, 1],
+        [1, 1, 1, 0, 0],
+    ],
+    dtype=torch.float32,
+)
 SCORES = torch.tensor([1.0, 0.0, 1.0, 1.0, 0.0, 0.0, 1.0, 0.0])
 GROUPS = torch.tensor([0, 0, 0, 0, 1, 1, 1, 1])
 
@@ -48,7 +59,9 @@ def test_grpo_all_equal_group_gives_zero_and_singleton_uses_mean0_std1():
     assert vals[4] == pytest.approx(1.0 / (1.0 + 1e-6))  # (1 - 0) / (1 + 1e-6), verl's singleton rule
     # group 2: [0,1,0] mean 1/3, unbiased std sqrt(((1/3)^2*2 + (2/3)^2)/2) = sqrt(1/3)
     std = math.sqrt(1 / 3)
-    assert vals[5:] == pytest.approx([(-1 / 3) / (std + 1e-6), (2 / 3) / (std + 1e-6), (-1 / 3) / (std + 1e-6)], rel=1e-6)
+    assert vals[5:] == pytest.approx(
+        [(-1 / 3) / (std + 1e-6), (2 / 3) / (std + 1e-6), (-1 / 3) / (std + 1e-6)], rel=1e-6
+    )
 
 
 def test_grpo_groups_need_not_be_contiguous_and_ids_may_be_strings():
@@ -76,8 +89,9 @@ def test_prime_by_hand():
     mask = torch.tensor([[1.0, 1, 1], [1, 1, 0]])
     q = torch.tensor([[0.2, -0.4, 0.6], [0.4, 0.2, 9.0]])
     ref = torch.zeros(2, 3)
-    adv = harness.get_method("prime").advantages(torch.tensor([1.0, 0.0]), torch.tensor([0, 0]), mask,
-                                                 prm_log_probs=q, ref_log_probs=ref)
+    adv = harness.get_method("prime").advantages(
+        torch.tensor([1.0, 0.0]), torch.tensor([0, 0]), mask, prm_log_probs=q, ref_log_probs=ref
+    )
     # r = 0.05 q, last valid token dropped: row0 [0.01, -0.02, 0], row1 [0.02, 0]
     # batch norm: max |reverse cumsum| = max(|-0.01|, |-0.02|, 0, |0.02|, 0) = 0.02
     c = 1 / (0.02 + 1e-6)
@@ -104,8 +118,13 @@ def test_prime_requires_process_inputs_and_groups_of_two():
     with pytest.raises(ValueError, match="prm_log_probs, ref_log_probs"):
         m.advantages(SCORES, GROUPS, MASK)
     with pytest.raises(ValueError, match="at least 2 responses"):
-        m.advantages(torch.tensor([1.0]), torch.tensor([0]), torch.ones(1, 2),
-                     prm_log_probs=torch.zeros(1, 2), ref_log_probs=torch.zeros(1, 2))
+        m.advantages(
+            torch.tensor([1.0]),
+            torch.tensor([0]),
+            torch.ones(1, 2),
+            prm_log_probs=torch.zeros(1, 2),
+            ref_log_probs=torch.zeros(1, 2),
+        )
     with pytest.raises(ValueError, match="takes no extra input"):
         harness.get_method("grpo").advantages(SCORES, GROUPS, MASK, prm_log_probs=torch.zeros(8, 5))
 

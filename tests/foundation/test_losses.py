@@ -68,7 +68,7 @@ def test_aggregation_modes_by_hand():
 def _cov_case():
     """2 responses x 4 tokens with A = +2 / -2 and log-prob deviations chosen so Cov is exact."""
     d = torch.tensor([[1.5, 0.5, 2.5, 2.0], [-3.0, -3.0, -0.25, -0.25]])  # sums to 0: mean log pi = -1
-    lp = (d - 1.0)
+    lp = d - 1.0
     adv = torch.tensor([[2.0] * 4, [-2.0] * 4])
     # Cov = A * d: row0 [3, 1, 5, 4], row1 [6, 6, 0.5, 0.5]
     return lp, adv, torch.ones(2, 4)
@@ -175,7 +175,9 @@ def test_empty_mask_gives_finite_loss_and_no_crash(name):
 def test_one_valid_token(name):
     mask = torch.tensor([[0.0, 1.0, 0.0]])
     lp = torch.tensor([[-9.0, -0.5, float("nan")]], requires_grad=True)  # padding may hold anything
-    out = harness.get_method(name).policy_loss(lp, torch.tensor([[0.0, -0.4, 0.0]]), torch.tensor([[0.0, 1.0, 0.0]]), mask)
+    out = harness.get_method(name).policy_loss(
+        lp, torch.tensor([[0.0, -0.4, 0.0]]), torch.tensor([[0.0, 1.0, 0.0]]), mask
+    )
     assert torch.isfinite(out.loss)
     # a lone token has Cov = 0: KL-Cov still penalises 1 token (K >= 1), Clip-Cov has no candidate in (1, 5)
     assert out.metrics["selected/count"] == (1 if name == "kl_cov" else 0)

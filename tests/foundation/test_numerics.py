@@ -32,8 +32,9 @@ def test_fp16_inputs_with_log_ratio_11_give_the_fp32_loss(name):
     kw = {"entropy": torch.full((2, 4), 0.7)} if m.needs_entropy else {}
     lp = lp16.clone().requires_grad_()
     out16 = m.policy_loss(lp, old16, adv16, mask, generator=torch.Generator().manual_seed(0), **kw)
-    out32 = m.policy_loss(lp16.float(), old16.float(), adv16.float(), mask,
-                          generator=torch.Generator().manual_seed(0), **kw)
+    out32 = m.policy_loss(
+        lp16.float(), old16.float(), adv16.float(), mask, generator=torch.Generator().manual_seed(0), **kw
+    )
     assert out16.loss.dtype == torch.float32 and torch.isfinite(out16.loss)
     assert out16.loss.item() == out32.loss.item()
     out16.loss.backward()
@@ -58,7 +59,9 @@ def test_log_ratio_89_in_fp32_raises_naming_the_method_and_the_log_ratio(name):
     lp, old, adv, mask = _case(89.0, torch.float32)
     m = harness.get_method(name)
     kw = {"entropy": torch.full((2, 4), 0.7)} if m.needs_entropy else {}
-    with pytest.raises(FloatingPointError, match=rf"method {name}: the loss is not finite .* largest log-ratio .*: 89 "):
+    with pytest.raises(
+        FloatingPointError, match=rf"method {name}: the loss is not finite .* largest log-ratio .*: 89 "
+    ):
         m.policy_loss(lp.requires_grad_(), old, adv, mask, generator=torch.Generator().manual_seed(0), **kw)
 
 

@@ -32,12 +32,23 @@ def _fed_in(method, lp, old, adv, mask, n_micro, plan=None):
     chosen = torch.zeros_like(mask, dtype=torch.bool)
     total = mask.sum()
     for rows in _splits(len(mask), n_micro):
-        out = method.policy_loss(lp[rows], old[rows], adv[rows], mask[rows], generator=torch.Generator().manual_seed(0),
-                                 selected=None if plan is None else plan[rows])
+        out = method.policy_loss(
+            lp[rows],
+            old[rows],
+            adv[rows],
+            mask[rows],
+            generator=torch.Generator().manual_seed(0),
+            selected=None if plan is None else plan[rows],
+        )
         (out.loss * mask[rows].sum() / total).backward()  # exact token-mean over the mini-batch
-        sel = method.per_token_loss(lp[rows].detach(), old[rows], adv[rows], mask[rows],
-                                    generator=torch.Generator().manual_seed(0),  # the same draw as the loss
-                                    selected=None if plan is None else plan[rows]).selected
+        sel = method.per_token_loss(
+            lp[rows].detach(),
+            old[rows],
+            adv[rows],
+            mask[rows],
+            generator=torch.Generator().manual_seed(0),  # the same draw as the loss
+            selected=None if plan is None else plan[rows],
+        ).selected
         chosen[rows] = sel
     return chosen, lp.grad
 
@@ -71,8 +82,10 @@ def test_global_scope_across_data_parallel_ranks_matches_one_process(tmp_path):
     for name, key in [("kl_cov", "k_ratio"), ("clip_cov", "clip_ratio")]:
         init = tmp_path / f"init-{name}"
         outs = [tmp_path / f"{name}-{r}.pt" for r in range(2)]
-        procs = [subprocess.Popen([sys.executable, str(WORKER), str(r), "2", str(init), str(outs[r]), name, key, "0.01"])
-                 for r in range(2)]
+        procs = [
+            subprocess.Popen([sys.executable, str(WORKER), str(r), "2", str(init), str(outs[r]), name, key, "0.01"])
+            for r in range(2)
+        ]
         assert [p.wait(timeout=120) for p in procs] == [0, 0]
         merged = torch.zeros_like(mask, dtype=torch.bool)
         for out in outs:

@@ -102,8 +102,9 @@ def test_high_entropy_tokens_by_hand(normalize, denominator):
 def test_high_entropy_tokens_dual_clip():
     # A < 0 with ratio 20: PPO's loss -A r = 20 is capped at -A c = 10 (no gradient)
     lp = torch.tensor([[math.log(20.0)]], requires_grad=True)
-    tok = harness.get_method("high_entropy_tokens").per_token_loss(lp, torch.zeros(1, 1), torch.tensor([[-1.0]]),
-                                                                   torch.ones(1, 1), entropy=torch.ones(1, 1))
+    tok = harness.get_method("high_entropy_tokens").per_token_loss(
+        lp, torch.zeros(1, 1), torch.tensor([[-1.0]]), torch.ones(1, 1), entropy=torch.ones(1, 1)
+    )
     assert tok.loss.item() == pytest.approx(10.0)
 
 
@@ -139,8 +140,9 @@ def test_high_entropy_tokens_rejects_other_aggregations():
 def test_entropy_advantage_by_hand():
     mask = torch.tensor([[1.0, 1.0], [1.0, 1.0], [1.0, 0.0], [1.0, 1.0]])
     ent = torch.tensor([[0.1, 2.0], [0.5, 0.0], [1.0, 9.0], [3.0, 3.0]])
-    adv = harness.get_method("entropy_advantage").advantages(torch.tensor([1.0, 0.0, 1.0, 1.0]), [0, 0, 1, 1],
-                                                             mask, entropy=ent)
+    adv = harness.get_method("entropy_advantage").advantages(
+        torch.tensor([1.0, 0.0, 1.0, 1.0]), [0, 0, 1, 1], mask, entropy=ent
+    )
     a = 0.5 / (math.sqrt(0.5) + 1e-6)  # GRPO: (1 - 0.5) / (unbiased std + 1e-6)
     expected = torch.tensor([[a + 0.04, a + a / 2], [-a + 0.2, -a], [0.0, 0.0], [0.0, 0.0]])
     assert torch.allclose(adv, expected, atol=1e-6, rtol=0)
@@ -166,4 +168,5 @@ def test_entropy_advantage_input_errors():
     for opts, msg in (({"kappa": 1.0}, "kappa"), ({"base": "prime"}, "base"), ({"alpha": -1.0}, "alpha")):
         with pytest.raises(ValueError, match=msg):
             harness.get_method("entropy_advantage", advantage_options=opts).advantages(
-                torch.tensor([1.0, 0.0]), [0, 0], torch.ones(2, 2), entropy=torch.ones(2, 2))
+                torch.tensor([1.0, 0.0]), [0, 0], torch.ones(2, 2), entropy=torch.ones(2, 2)
+            )

@@ -1,14 +1,14 @@
 """GSPO, CISPO, SAPO and CE-GPPO against hand-computed values and gradients (the gradient is each one's point)."""
 
-# token-mean divides by (N + 1e-8), verl's masked mean: hand values match to ~1e-8 relative
-TM = 1e-7
-
 import math
 
 import pytest
 import torch
 
 import harness
+
+# token-mean divides by (N + 1e-8), verl's masked mean: hand values match to ~1e-8 relative
+TM = 1e-7
 
 
 def _tokens(ratios, old, adv):
@@ -63,8 +63,10 @@ def test_gspo_token_variant_equals_sequence_variant_for_sequence_advantages():
 
 def test_gspo_token_variant_differs_with_token_advantages_by_hand():
     s0 = math.exp(0.04)
-    for level, expected in (("sequence", [-s0 * 1.5 / 2 / 2] * 2),           # every token moves s: -mean(A) s / |y|
-                            ("token", [-2.0 * s0 / 2 / 2, -1.0 * s0 / 2 / 2])):  # token t: -A_t s / |y|
+    for level, expected in (
+        ("sequence", [-s0 * 1.5 / 2 / 2] * 2),  # every token moves s: -mean(A) s / |y|
+        ("token", [-2.0 * s0 / 2 / 2, -1.0 * s0 / 2 / 2]),
+    ):  # token t: -A_t s / |y|
         lp, old, adv, mask = _gspo_case(adv_row0=(2.0, 1.0))
         out = harness.get_method("gspo", eps_low=0.2, eps_high=0.2, level=level).policy_loss(lp, old, adv, mask)
         out.loss.backward()
@@ -84,18 +86,20 @@ def test_gspo_is_a_no_op_on_policy():
 CISPO_RATIOS, CISPO_OLD, CISPO_ADV = [0.5, 1.5, 1.1], [-1.0, -2.0, -0.5], [1.0, 1.0, -1.0]
 
 
-@pytest.mark.parametrize("hp,weights", [
-    ({}, [0.5, 1.2, 1.1]),                                          # verl: [1 - 10, 1 + 0.2]
-    ({"eps_low": 0.2}, [0.8, 1.2, 1.1]),                            # verl with a floor
-    ({"convention": "trl", "eps_high": 5.0}, [0.5, 1.5, 1.1]),      # TRL docs: absolute cap 5
-    ({"convention": "trl", "eps_high": 0.2}, [0.2, 0.2, 0.2]),      # TRL unset epsilon_high: every weight 0.2
-])
+@pytest.mark.parametrize(
+    "hp,weights",
+    [
+        ({}, [0.5, 1.2, 1.1]),  # verl: [1 - 10, 1 + 0.2]
+        ({"eps_low": 0.2}, [0.8, 1.2, 1.1]),  # verl with a floor
+        ({"convention": "trl", "eps_high": 5.0}, [0.5, 1.5, 1.1]),  # TRL docs: absolute cap 5
+        ({"convention": "trl", "eps_high": 0.2}, [0.2, 0.2, 0.2]),  # TRL unset epsilon_high: every weight 0.2
+    ],
+)
 def test_cispo_weights_loss_and_stop_gradient(hp, weights):
     lp, old, adv, mask = _tokens(CISPO_RATIOS, CISPO_OLD, CISPO_ADV)
     out = harness.get_method("cispo", **hp).policy_loss(lp, old, adv, mask)
     logp = [o + math.log(r) for o, r in zip(CISPO_OLD, CISPO_RATIOS)]
-    assert out.loss.item() == pytest.approx(sum(-w * a * p for w, a, p in zip(weights, CISPO_ADV, logp)) / 3,
-                                            rel=TM)
+    assert out.loss.item() == pytest.approx(sum(-w * a * p for w, a, p in zip(weights, CISPO_ADV, logp)) / 3, rel=TM)
     out.loss.backward()
     # stop-gradient: d/dlogp of -sg(w) A logp is -w A (no d w / d logp term, even where w = r is unclipped)
     assert lp.grad[0].tolist() == pytest.approx([-w * a / 3 for w, a in zip(weights, CISPO_ADV)], rel=TM)

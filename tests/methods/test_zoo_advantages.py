@@ -6,8 +6,16 @@ import torch
 import harness
 from harness.commands.methods import describe
 
-ZOO = ("gspo", "cispo", "sapo", "ce_gppo", "w_reinforce", "adaptive_entropy", "high_entropy_tokens",
-       "entropy_advantage")
+ZOO = (
+    "gspo",
+    "cispo",
+    "sapo",
+    "ce_gppo",
+    "w_reinforce",
+    "adaptive_entropy",
+    "high_entropy_tokens",
+    "entropy_advantage",
+)
 
 
 def test_w_reinforce_by_hand():

@@ -21,7 +21,6 @@ sys.path.insert(0, str(Path(__file__).parent))
 from orl_testlib import DEVICE, FakeStrategy, plugin_config  # noqa: E402
 
 
-
 @pytest.fixture(scope="session", autouse=True)
 def openrlhf_cpu_stubs():
     """Only when a test of this directory runs (never in the default run, where they are deselected):
@@ -65,9 +64,18 @@ def tiny_model_dir(tmp_path_factory) -> str:
     from transformers import LlamaConfig, LlamaForCausalLM
 
     torch.manual_seed(0)
-    cfg = LlamaConfig(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                      num_attention_heads=4, num_key_value_heads=4, max_position_embeddings=128,
-                      pad_token_id=0, bos_token_id=1, eos_token_id=2)
+    cfg = LlamaConfig(
+        vocab_size=64,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=4,
+        max_position_embeddings=128,
+        pad_token_id=0,
+        bos_token_id=1,
+        eos_token_id=2,
+    )
     path = tmp_path_factory.mktemp("tiny_llama")
     LlamaForCausalLM(cfg).save_pretrained(path)
     return str(path)
@@ -92,9 +100,8 @@ def make_trainer(tiny_model_dir, monkeypatch):
         optim = torch.optim.AdamW(actor.parameters(), lr=1e-2)
         sched = torch.optim.lr_scheduler.LambdaLR(optim, lambda _: 1.0)
         strategy = FakeStrategy(args, accumulated_gradient)
-        return ppo_actor.ActorPPOTrainer(strategy, actor, None, optim, sched, micro_train_batch_size=2,
-                                         vllm_engines=None)
+        return ppo_actor.ActorPPOTrainer(
+            strategy, actor, None, optim, sched, micro_train_batch_size=2, vllm_engines=None
+        )
 
     return _make
-
-

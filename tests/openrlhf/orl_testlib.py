@@ -12,8 +12,16 @@ DEVICE = os.environ.get("HARNESS_OPENRLHF_TEST_DEVICE", "cpu")
 
 
 def plugin_config(method: dict, run_dir="/tmp/harness-openrlhf-test", steps=0, seed=0) -> dict:
-    return {"method": method, "run_dir": str(run_dir), "seed": seed, "steps": steps, "seed_offset_per_rank": True,
-            "reward": "math", "run_id": "test", "config": {}}
+    return {
+        "method": method,
+        "run_dir": str(run_dir),
+        "seed": seed,
+        "steps": steps,
+        "seed_offset_per_rank": True,
+        "reward": "math",
+        "run_id": "test",
+        "config": {},
+    }
 
 
 class FakeStrategy:
@@ -52,11 +60,23 @@ class FakeStrategy:
 def trainer_args(entropy_coef=0.0, eps=(0.2, 0.2), agg="token-mean", temperature=1.0):
     ns = SimpleNamespace
     return ns(
-        actor=ns(eps_clip_low_high=eps, dual_clip=None, loss_agg_mode=agg, policy_loss_type="ppo",
-                 entropy_coef=entropy_coef, aux_loss_coef=0.0),
-        algo=ns(advantage=ns(is_correction_level="off", is_correction_mode="mask", is_correction_gating="ratio",
-                             is_correction_threshold=[0.0, 2.0]),
-                kl=ns(use_loss=False, init_coef=0.0, estimator="k1", unbiased_gradient=False)),
+        actor=ns(
+            eps_clip_low_high=eps,
+            dual_clip=None,
+            loss_agg_mode=agg,
+            policy_loss_type="ppo",
+            entropy_coef=entropy_coef,
+            aux_loss_coef=0.0,
+        ),
+        algo=ns(
+            advantage=ns(
+                is_correction_level="off",
+                is_correction_mode="mask",
+                is_correction_gating="ratio",
+                is_correction_threshold=[0.0, 2.0],
+            ),
+            kl=ns(use_loss=False, init_coef=0.0, estimator="k1", unbiased_gradient=False),
+        ),
         train=ns(max_epochs=1, dynamic_batch_enable=False, colocate_all=False, async_enable=False),
         ds=ns(packing_samples=False, tensor_parallel_size=1),
         vllm=ns(sync_backend="nccl"),
@@ -72,14 +92,20 @@ def make_experience(batch=4, prompt_len=3, action_len=5, seed=0, vocab=64, adv=N
     total = prompt_len + action_len
     sequences = torch.randint(3, vocab, (batch, total), generator=g)
     lengths = torch.tensor([action_len - (i % 3) for i in range(batch)])
-    action_mask = (torch.arange(action_len)[None, :] < lengths[:, None])
+    action_mask = torch.arange(action_len)[None, :] < lengths[:, None]
     attention_mask = torch.cat([torch.ones(batch, prompt_len, dtype=torch.long), action_mask.long()], dim=1)
     sequences = sequences * attention_mask
     old = -torch.rand(batch, action_len, generator=g) * 4 - 0.5
     if adv is None:
         adv = torch.randn(batch, generator=g)[:, None].expand(batch, action_len).clone()
-    exp = Experience(sequences=sequences, attention_mask=attention_mask, action_mask=action_mask,
-                     action_log_probs=old * action_mask, advantages=adv * action_mask, info={})
+    exp = Experience(
+        sequences=sequences,
+        attention_mask=attention_mask,
+        action_mask=action_mask,
+        action_log_probs=old * action_mask,
+        advantages=adv * action_mask,
+        info={},
+    )
     exp.to_device(torch.device(DEVICE))
     return exp
 
@@ -110,18 +136,29 @@ def dp_rank_main(rank, world, model_dir, port, out_dir, method):
         optim = torch.optim.AdamW(actor.parameters(), lr=1e-2)
         sched = torch.optim.lr_scheduler.LambdaLR(optim, lambda _: 1.0)
         strategy = FakeStrategy(trainer_args(), accumulated_gradient=2)
-        trainer = ppo_actor.ActorPPOTrainer(strategy, actor, None, optim, sched, micro_train_batch_size=2,
-                                            vllm_engines=None)
+        trainer = ppo_actor.ActorPPOTrainer(
+            strategy, actor, None, optim, sched, micro_train_batch_size=2, vllm_engines=None
+        )
         plugin.STATE.trainer = trainer
         full = make_experience(batch=8, seed=2)
         per_rank = 8 // world
         rows = [slice(rank * per_rank + i, rank * per_rank + i + 2) for i in range(0, per_rank, 2)]
-        micro = [Experience(sequences=full.sequences[r], attention_mask=full.attention_mask[r],
-                            action_mask=full.action_mask[r], action_log_probs=full.action_log_probs[r],
-                            advantages=full.advantages[r], info={}) for r in rows]
+        micro = [
+            Experience(
+                sequences=full.sequences[r],
+                attention_mask=full.attention_mask[r],
+                action_mask=full.action_mask[r],
+                action_log_probs=full.action_log_probs[r],
+                advantages=full.advantages[r],
+                info={},
+            )
+            for r in rows
+        ]
         out = list(ppo_actor.iter_grad_accum_global_norm(iter(micro), strategy, len(micro), lambda e: e.action_mask))
         assert [it for it, _ in out] == micro
-        torch.save({"plan": torch.cat([e._harness_selected for e in micro]),
-                    "tokens": float(out[0][1]["batch_num_tokens"])}, os.path.join(out_dir, f"rank{rank}.pt"))
+        torch.save(
+            {"plan": torch.cat([e._harness_selected for e in micro]), "tokens": float(out[0][1]["batch_num_tokens"])},
+            os.path.join(out_dir, f"rank{rank}.pt"),
+        )
     finally:
         dist.destroy_process_group()

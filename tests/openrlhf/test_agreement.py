@@ -14,7 +14,6 @@ import torch
 pytestmark = pytest.mark.openrlhf
 
 
-
 BUILTIN = {  # method config -> (OpenRLHF eps low/high, entropy coef)
     "grpo": ({"name": "grpo"}, (0.2, 0.2), None),
     "rloo": ({"name": "rloo"}, (0.2, 0.2), None),
@@ -33,8 +32,12 @@ def _tensors(seed=0, B=6, T=9):
     return lp, old, adv, mask, ent
 
 
-CASES = [(n, agg) for n in BUILTIN for agg in ("token-mean", "seq-mean-token-mean")
-         if not (BUILTIN[n][2] is not None and agg != "token-mean")]  # OpenRLHF's entropy term is always token-level
+CASES = [
+    (n, agg)
+    for n in BUILTIN
+    for agg in ("token-mean", "seq-mean-token-mean")
+    if not (BUILTIN[n][2] is not None and agg != "token-mean")
+]  # OpenRLHF's entropy term is always token-level
 
 
 @pytest.mark.parametrize("name,agg", CASES)
@@ -56,8 +59,9 @@ def test_plugged_loss_equals_builtin(name, agg, configure):
 
     lp2, old2, adv2, mask2, ent2 = _tensors()
     STATE.entropy = ent2
-    ours, clip, kl, vllm_kl, ratio = make_policy_loss_class(PolicyLoss)(**kwargs)(lp2, old2, adv2, action_mask=mask2,
-                                                                                  **norms)
+    ours, clip, kl, vllm_kl, ratio = make_policy_loss_class(PolicyLoss)(**kwargs)(
+        lp2, old2, adv2, action_mask=mask2, **norms
+    )
     grads = torch.autograd.grad(ours, [lp2, ent2], allow_unused=True)
     STATE.entropy = None
 
@@ -82,17 +86,27 @@ def test_eps_really_differs_so_the_test_can_fail(configure):
 
 def test_micro_batch_accumulation_equals_mini_batch_token_mean(configure):
     """Two micro-batches with OpenRLHF's window normalisers sum to the method's token-mean over the union."""
-    import harness
     from openrlhf.models.loss import PolicyLoss
 
+    import harness
     from harness.backends.openrlhf.plugin import make_policy_loss_class
 
     configure({"name": "clip_higher"})
     lp, old, adv, mask, _ = _tensors(seed=3)
     n_tokens = mask.sum()
     loss_fn = make_policy_loss_class(PolicyLoss)(0.2, 0.28)
-    total = sum(loss_fn(lp[r], old[r], adv[r], action_mask=mask[r], dp_size=1, batch_num_tokens=n_tokens,
-                        global_batch_size=torch.tensor(6.0))[0] for r in (slice(0, 2), slice(2, 6)))
+    total = sum(
+        loss_fn(
+            lp[r],
+            old[r],
+            adv[r],
+            action_mask=mask[r],
+            dp_size=1,
+            batch_num_tokens=n_tokens,
+            global_batch_size=torch.tensor(6.0),
+        )[0]
+        for r in (slice(0, 2), slice(2, 6))
+    )
     whole = harness.get_method("clip_higher").policy_loss(lp, old, adv, mask).loss
     torch.testing.assert_close(total, whole, rtol=1e-5, atol=1e-7)
 
@@ -102,10 +116,12 @@ def _maker(estimator, n):
 
     maker = RemoteExperienceMaker.__new__(RemoteExperienceMaker)
     ns = SimpleNamespace
-    args = ns(rollout=ns(n_samples_per_prompt=n, max_new_tokens=None),
-              algo=ns(advantage=ns(estimator=estimator, gamma=1.0, lambd=1.0, no_std_norm=False)),
-              reward=ns(clip_range=(-10, 10), overlong_buffer_len=None, stop_properly_penalty_coef=None),
-              data=ns(max_len=64))
+    args = ns(
+        rollout=ns(n_samples_per_prompt=n, max_new_tokens=None),
+        algo=ns(advantage=ns(estimator=estimator, gamma=1.0, lambd=1.0, no_std_norm=False)),
+        reward=ns(clip_range=(-10, 10), overlong_buffer_len=None, stop_properly_penalty_coef=None),
+        data=ns(max_len=64),
+    )
     maker.strategy, maker.args, maker.advantage_estimator = ns(args=args), args, estimator
     maker.kl_ctl = ns(value=0.0)
     return maker
@@ -122,13 +138,20 @@ def _experiences(n=4, groups=3, seed=0):
     order = torch.randperm(total, generator=g).tolist()
     exps = []
     for start in range(0, total, 5):
-        idx = order[start:start + 5]
+        idx = order[start : start + 5]
         width = 4 + start // 5
         lengths = torch.randint(1, width + 1, (len(idx),), generator=g)
         mask = torch.arange(width)[None] < lengths[:, None]
-        exps.append(Experience(action_mask=mask, rewards=rewards[idx].clone(), kl=torch.zeros(len(idx), width),
-                               action_log_probs=-torch.rand(len(idx), width, generator=g) * mask,
-                               index=list(idx), info={}))
+        exps.append(
+            Experience(
+                action_mask=mask,
+                rewards=rewards[idx].clone(),
+                kl=torch.zeros(len(idx), width),
+                action_log_probs=-torch.rand(len(idx), width, generator=g) * mask,
+                index=list(idx),
+                info={},
+            )
+        )
     return exps
 
 

@@ -37,11 +37,24 @@ def upstream_args(argv, monkeypatch):
 
 
 def config(method, **train):
-    return {"backend": "openrlhf", "seed": 3, "method": method, "model": {"name": "Qwen/Qwen2.5-0.5B"},
-            "task": {"name": "/data/math.jsonl"},
-            "train": {"steps": 4, "prompts_per_step": 8, "samples_per_prompt": 4, "updates_per_rollout": 2,
-                      "micro_batch_size": 2, "lr": 1e-6, "max_new_tokens": 256, **train},
-            "openrlhf": {"nodes": 1, "gpus_per_node": 2}}
+    return {
+        "backend": "openrlhf",
+        "seed": 3,
+        "method": method,
+        "model": {"name": "Qwen/Qwen2.5-0.5B"},
+        "task": {"name": "/data/math.jsonl"},
+        "train": {
+            "steps": 4,
+            "prompts_per_step": 8,
+            "samples_per_prompt": 4,
+            "updates_per_rollout": 2,
+            "micro_batch_size": 2,
+            "lr": 1e-6,
+            "max_new_tokens": 256,
+            **train,
+        },
+        "openrlhf": {"nodes": 1, "gpus_per_node": 2},
+    }
 
 
 EXPECTED = {  # method -> (estimator, eps low/high, entropy_coef, loss_agg_mode)
@@ -107,8 +120,12 @@ def test_flags_parse_and_validate_upstream(name, monkeypatch, tmp_path):
 
 def test_dr_grpo_and_seq_mean_and_kl_loss(monkeypatch, tmp_path):
     cfg = config({"name": "grpo", "std_normalize": False, "agg": "seq-mean-token-mean"})
-    cfg["openrlhf"].update(kl_coef=0.001, kl_use_loss=True, log_entropy=False,
-                           extra_flags={"--vllm.enforce_eager": True, "--ds.adam_offload": False})
+    cfg["openrlhf"].update(
+        kl_coef=0.001,
+        kl_use_loss=True,
+        log_entropy=False,
+        extra_flags={"--vllm.enforce_eager": True, "--ds.adam_offload": False},
+    )
     args = upstream_args(build_plan(cfg, tmp_path).argv, monkeypatch)
     assert args.algo.advantage.estimator == "dr_grpo"
     assert args.actor.loss_agg_mode == "seq-mean-token-mean"

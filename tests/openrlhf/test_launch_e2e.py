@@ -17,13 +17,28 @@ pytestmark = pytest.mark.openrlhf
 def test_run_reaches_upstream_validation_and_fails_cleanly(tmp_path, tiny_model_dir):
     from harness.runner import run
 
-    cfg = {"backend": "openrlhf", "seed": 0, "method": {"name": "kl_cov", "scope": "global"},
-           "model": {"name": tiny_model_dir}, "task": {"name": str(tmp_path / "data.jsonl")},
-           "train": {"steps": 2, "prompts_per_step": 2, "samples_per_prompt": 2, "updates_per_rollout": 1,
-                     "micro_batch_size": 1, "max_new_tokens": 8},
-           "openrlhf": {"nodes": 1, "gpus_per_node": 1, "python": sys.executable,
-                        "env": {"RAY_USAGE_STATS_ENABLED": "0"},
-                        "extra_flags": {"--train.partial_rollout_enable": True}}}
+    cfg = {
+        "backend": "openrlhf",
+        "seed": 0,
+        "method": {"name": "kl_cov", "scope": "global"},
+        "model": {"name": tiny_model_dir},
+        "task": {"name": str(tmp_path / "data.jsonl")},
+        "train": {
+            "steps": 2,
+            "prompts_per_step": 2,
+            "samples_per_prompt": 2,
+            "updates_per_rollout": 1,
+            "micro_batch_size": 1,
+            "max_new_tokens": 8,
+        },
+        "openrlhf": {
+            "nodes": 1,
+            "gpus_per_node": 1,
+            "python": sys.executable,
+            "env": {"RAY_USAGE_STATS_ENABLED": "0"},
+            "extra_flags": {"--train.partial_rollout_enable": True},
+        },
+    }
     run_dir = tmp_path / "run"
     with pytest.raises(RuntimeError, match="OpenRLHF run failed"):
         run(cfg, run_dir, quiet=True)

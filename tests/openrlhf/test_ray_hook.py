@@ -10,7 +10,6 @@ import json
 import os
 
 import pytest
-
 from orl_testlib import plugin_config
 
 pytestmark = pytest.mark.openrlhf
@@ -23,8 +22,10 @@ def ray_cluster():
     from harness.backends.openrlhf.flags import PLUGIN_ENV
     from harness.backends.openrlhf.launch import runtime_env
 
-    env = {PLUGIN_ENV: json.dumps(plugin_config({"name": "kl_cov", "k_ratio": 0.01, "scope": "global"})),
-           "HARNESS_OPENRLHF_CPU_STUBS": "1"}
+    env = {
+        PLUGIN_ENV: json.dumps(plugin_config({"name": "kl_cov", "k_ratio": 0.01, "scope": "global"})),
+        "HARNESS_OPENRLHF_CPU_STUBS": "1",
+    }
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, runtime_env=runtime_env(env))
     try:
         yield ray
@@ -64,11 +65,13 @@ def test_worker_importing_ppo_actor_gets_our_loss(ray_cluster):
 
         from harness.backends.openrlhf import plugin
 
-        return {"loss": ppo_actor.PolicyLoss.__name__,
-                "base": ppo_actor.PolicyLoss.__mro__[1].__module__,
-                "step": ppo_actor.ActorPPOTrainer.training_step.__name__,
-                "advantages": em.RemoteExperienceMaker.compute_advantages_and_returns.__qualname__,
-                "method": plugin.method().to_config()}
+        return {
+            "loss": ppo_actor.PolicyLoss.__name__,
+            "base": ppo_actor.PolicyLoss.__mro__[1].__module__,
+            "step": ppo_actor.ActorPPOTrainer.training_step.__name__,
+            "advantages": em.RemoteExperienceMaker.compute_advantages_and_returns.__qualname__,
+            "method": plugin.method().to_config(),
+        }
 
     out = ray.get(probe.remote(), timeout=300)
     assert out["loss"] == "HarnessPolicyLoss" and out["base"] == "openrlhf.models.loss"
@@ -96,9 +99,11 @@ def test_real_policy_model_actor_sees_the_patch(ray_cluster):
             return {"keys": sorted(init_globals)[:50], "mod": fn.__module__, "qual": fn.__qualname__}
         trainer_cls = init_globals["ActorPPOTrainer"]
         init = getattr(trainer_cls.__init__, "__wrapped_original__", trainer_cls.__init__)  # upstream's body
-        return {"trainer_loss": init.__globals__["PolicyLoss"].__name__,
-                "step_wrapped": hasattr(trainer_cls.training_step, "__wrapped_original__"),
-                "pid": os.getpid()}
+        return {
+            "trainer_loss": init.__globals__["PolicyLoss"].__name__,
+            "step_wrapped": hasattr(trainer_cls.training_step, "__wrapped_original__"),
+            "pid": os.getpid(),
+        }
 
     out = ray.get(actor.__ray_call__.remote(inspect), timeout=300)
     assert out["pid"] != os.getpid()

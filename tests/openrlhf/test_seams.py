@@ -27,22 +27,41 @@ def test_seams():
     from openrlhf.models.loss import PolicyLoss
     from openrlhf.utils.loss_utils import iter_grad_accum_global_norm
 
-    base = ppo_actor.PolicyLoss.__mro__[1] if ppo_actor.PolicyLoss.__name__ == "HarnessPolicyLoss" else \
-        ppo_actor.PolicyLoss
+    base = (
+        ppo_actor.PolicyLoss.__mro__[1]
+        if ppo_actor.PolicyLoss.__name__ == "HarnessPolicyLoss"
+        else ppo_actor.PolicyLoss
+    )
     assert base is PolicyLoss
-    assert _params(PolicyLoss.forward) == ["self", "log_probs", "old_log_probs", "advantages", "action_mask",
-                                           "rollout_log_probs", "dp_size", "batch_num_tokens", "global_batch_size"]
+    assert _params(PolicyLoss.forward) == [
+        "self",
+        "log_probs",
+        "old_log_probs",
+        "advantages",
+        "action_mask",
+        "rollout_log_probs",
+        "dp_size",
+        "batch_num_tokens",
+        "global_batch_size",
+    ]
     assert {"clip_eps_low", "clip_eps_high", "token_level_loss"} <= set(_params(PolicyLoss.__init__))
-    step = getattr(ppo_actor.ActorPPOTrainer.training_step, "__wrapped_original__",
-                   ppo_actor.ActorPPOTrainer.training_step)
+    step = getattr(
+        ppo_actor.ActorPPOTrainer.training_step, "__wrapped_original__", ppo_actor.ActorPPOTrainer.training_step
+    )
     assert _params(step) == ["self", "experience", "kl_ctl", "step", "loss_batch_info"]
     assert _params(iter_grad_accum_global_norm) == ["data_iter", "strategy", "accumulated_gradient", "mask_fn"]
     assert "iter_grad_accum_global_norm" in inspect.getsource(
-        getattr(ppo_actor.ActorPPOTrainer.ppo_train, "__wrapped_original__", ppo_actor.ActorPPOTrainer.ppo_train))
-    assert _params(getattr(em.RemoteExperienceMaker.compute_advantages_and_returns, "__wrapped_original__",
-                           em.RemoteExperienceMaker.compute_advantages_and_returns)) == ["self", "experiences"]
+        getattr(ppo_actor.ActorPPOTrainer.ppo_train, "__wrapped_original__", ppo_actor.ActorPPOTrainer.ppo_train)
+    )
+    assert _params(
+        getattr(
+            em.RemoteExperienceMaker.compute_advantages_and_returns,
+            "__wrapped_original__",
+            em.RemoteExperienceMaker.compute_advantages_and_returns,
+        )
+    ) == ["self", "experiences"]
     assert _params(ppo_trainer.BasePPOTrainer.save_logs_and_checkpoints)[:3] == ["self", "global_step", "logs_dict"]
     assert "return_entropy" in _params(Actor.forward) or "kwargs" in _params(Actor.forward)
     src = inspect.getsource(step)
     assert "self.actor_loss_fn(" in src and "experience.info.items()" in src  # metrics plumbing we rely on
-    assert "self.args.actor.entropy_coef != 0" in src                       # the bonus switch we toggle
+    assert "self.args.actor.entropy_coef != 0" in src  # the bonus switch we toggle

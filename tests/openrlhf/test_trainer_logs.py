@@ -52,8 +52,13 @@ def test_eval_step_writes_eval_json_and_one_merged_row(tmp_path, configure):
     from harness.backends.openrlhf import plugin
 
     configure({"name": "grpo"}, run_dir=tmp_path, steps=10)
-    plugin.STATE.config["eval"] = {"n_samples": 4, "temperature": 0.6, "top_p": 1.0, "max_tokens": 512,
-                                   "counts": {"aime": 30}}
+    plugin.STATE.config["eval"] = {
+        "n_samples": 4,
+        "temperature": 0.6,
+        "top_p": 1.0,
+        "max_tokens": 512,
+        "counts": {"aime": 30},
+    }
     t = _trainer(tmp_path)
     t.eval_dataloader = ["loaded"]
     t.args.eval = SimpleNamespace(steps=2)
@@ -63,9 +68,26 @@ def test_eval_step_writes_eval_json_and_one_merged_row(tmp_path, configure):
     assert len((tmp_path / "metrics.jsonl").read_text().splitlines()) == 1  # step 2 waits for its eval
     t.save_best_checkpoint({"eval_aime_pass1": 0.25, "eval_aime_pass4": 0.5, "eval_num_samples": 120.0}, 2)
     rows = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
-    assert rows[1] == {"step": 2, "reward/mean": 0.2, "time/wall": rows[1]["time/wall"],
-                       "eval/aime/avg@4": 0.25, "eval/aime/pass@4": 0.5}
+    assert rows[1] == {
+        "step": 2,
+        "reward/mean": 0.2,
+        "time/wall": rows[1]["time/wall"],
+        "eval/aime/avg@4": 0.25,
+        "eval/aime/pass@4": 0.5,
+    }
     ev = json.loads((tmp_path / "eval" / "step_2.json").read_text())
-    assert ev == {"step": 2, "suites": {"aime": {
-        "suite": "aime", "n_problems": 30, "n_samples": 4, "temperature": 0.6, "top_p": 1.0, "max_tokens": 512,
-        "metrics": {"avg@4": 0.25, "pass@4": 0.5}, "primary": "avg@4"}}}
+    assert ev == {
+        "step": 2,
+        "suites": {
+            "aime": {
+                "suite": "aime",
+                "n_problems": 30,
+                "n_samples": 4,
+                "temperature": 0.6,
+                "top_p": 1.0,
+                "max_tokens": 512,
+                "metrics": {"avg@4": 0.25, "pass@4": 0.5},
+                "primary": "avg@4",
+            }
+        },
+    }

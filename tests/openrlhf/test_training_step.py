@@ -6,7 +6,6 @@ OpenRLHF's own; only DeepSpeed is replaced by a one-process strategy (``FakeStra
 
 import pytest
 import torch
-
 from orl_testlib import make_experience, trainer_args
 
 pytestmark = pytest.mark.openrlhf
@@ -22,12 +21,15 @@ def _norms(exp, dp=1):
     return {"dp_size": dp, "batch_num_tokens": n, "global_batch_size": b}
 
 
-@pytest.mark.parametrize("method,coef", [
-    ({"name": "kl_cov", "k_ratio": 0.1}, 0.0),
-    ({"name": "clip_cov", "clip_ratio": 0.1, "cov_lb": -10.0, "cov_ub": 10.0}, 0.0),
-    ({"name": "entropy_bonus", "coef": 0.05}, 0.05),
-    ({"name": "grpo"}, None),
-])
+@pytest.mark.parametrize(
+    "method,coef",
+    [
+        ({"name": "kl_cov", "k_ratio": 0.1}, 0.0),
+        ({"name": "clip_cov", "clip_ratio": 0.1, "cov_lb": -10.0, "cov_ub": 10.0}, 0.0),
+        ({"name": "entropy_bonus", "coef": 0.05}, 0.05),
+        ({"name": "grpo"}, None),
+    ],
+)
 def test_training_step_runs_our_method(method, coef, configure, make_trainer):
     plugin = configure(method)
     trainer = make_trainer(trainer_args(entropy_coef=coef))
@@ -91,8 +93,9 @@ def test_entropy_bonus_counted_once(configure, make_trainer):
 def test_global_scope_plan_is_independent_of_micro_batching(configure, make_trainer):
     """scope: global plans once per optimizer window over all its micro-batches: the union of the per-micro
     plans equals one selection_plan over the whole mini-batch, whatever the split."""
-    import harness
     import openrlhf.trainer.ray.ppo_actor as ppo_actor
+
+    import harness
 
     method = {"name": "kl_cov", "k_ratio": 0.15, "scope": "global"}
     configure(method)
@@ -109,17 +112,26 @@ def test_global_scope_plan_is_independent_of_micro_batching(configure, make_trai
     from openrlhf.trainer.ppo_utils.experience import Experience
 
     def split(rows):
-        return [Experience(sequences=full.sequences[r], attention_mask=full.attention_mask[r],
-                           action_mask=full.action_mask[r], action_log_probs=full.action_log_probs[r],
-                           advantages=full.advantages[r], info={}) for r in rows]
+        return [
+            Experience(
+                sequences=full.sequences[r],
+                attention_mask=full.attention_mask[r],
+                action_mask=full.action_mask[r],
+                action_log_probs=full.action_log_probs[r],
+                advantages=full.advantages[r],
+                info={},
+            )
+            for r in rows
+        ]
 
     from harness.backends.openrlhf import plugin
 
     plugin.STATE.trainer = trainer
     for rows in ([slice(0, 2), slice(2, 4), slice(4, 6)], [slice(0, 3), slice(3, 6)]):
         micro = split(rows)
-        items = list(ppo_actor.iter_grad_accum_global_norm(iter(micro), trainer.strategy, len(micro),
-                                                           lambda e: e.action_mask))
+        items = list(
+            ppo_actor.iter_grad_accum_global_norm(iter(micro), trainer.strategy, len(micro), lambda e: e.action_mask)
+        )
         assert [it for it, _ in items] == micro
         plan = torch.cat([e._harness_selected for e in micro])
         assert torch.equal(plan, expected)
@@ -169,10 +181,10 @@ def test_global_scope_across_two_dp_ranks(tiny_model_dir, tmp_path, configure, m
     (through method.selection_plan) give the same tokens as one process selecting over all 8 rows."""
     import socket
 
-    import harness
     import torch.multiprocessing as mp
-
     from orl_testlib import dp_rank_main
+
+    import harness
 
     method = {"name": "kl_cov", "k_ratio": 0.15, "scope": "global"}
     with socket.socket() as s:
@@ -207,11 +219,11 @@ def test_entropy_measured_in_the_old_logprob_pass(configure, make_trainer, monke
     actor = trainer.actor
     actor.eval()
     with torch.no_grad():
-        lp = actor(exp.sequences, exp.action_mask, exp.attention_mask)   # as PolicyModelActor.forward calls it
+        lp = actor(exp.sequences, exp.action_mask, exp.attention_mask)  # as PolicyModelActor.forward calls it
         lp_ref, out = actor(exp.sequences, exp.action_mask, exp.attention_mask, return_output=True)
     actor.train()
     torch.testing.assert_close(lp, lp_ref)
-    logits = out["logits"][:, :-1][:, -exp.action_mask.shape[1]:]
+    logits = out["logits"][:, :-1][:, -exp.action_mask.shape[1] :]
     m = exp.action_mask.float()
     want = (compute_entropy(logits) * m).sum(-1) / m.sum(-1)
 
@@ -222,7 +234,7 @@ def test_entropy_measured_in_the_old_logprob_pass(configure, make_trainer, monke
     got = torch.stack([item.info["harness/entropy_rollout"] for item in buffer.items])
     torch.testing.assert_close(got, want.cpu(), rtol=1e-5, atol=1e-6)
 
-    other = make_experience(batch=2, seed=12)   # never seen by the forward: NaN = not measured
+    other = make_experience(batch=2, seed=12)  # never seen by the forward: NaN = not measured
     other.rewards = torch.ones(2)
     buffer.append(other)
     assert torch.isnan(torch.stack([it.info["harness/entropy_rollout"] for it in buffer.items[4:]])).all()

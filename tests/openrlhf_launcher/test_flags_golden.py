@@ -11,33 +11,108 @@ from harness.backends.openrlhf.flags import OpenRLHFConfigError, build_plan, met
 
 
 def config(method=None, openrlhf=None, **train):
-    return {"backend": "openrlhf", "seed": 1, "method": method or {"name": "grpo"},
-            "model": {"name": "Qwen/Qwen2.5-7B"}, "task": {"name": "/data/dapo.jsonl"},
-            "train": {"steps": 10, "prompts_per_step": 16, "samples_per_prompt": 8, "updates_per_rollout": 4,
-                      "micro_batch_size": 4, "lr": 5e-7, "max_new_tokens": 1024, "grad_clip": 1.0,
-                      "temperature": 1.0, "checkpoint_every": 5, **train},
-            "openrlhf": {"nodes": 1, "gpus_per_node": 8, **(openrlhf or {})}}
+    return {
+        "backend": "openrlhf",
+        "seed": 1,
+        "method": method or {"name": "grpo"},
+        "model": {"name": "Qwen/Qwen2.5-7B"},
+        "task": {"name": "/data/dapo.jsonl"},
+        "train": {
+            "steps": 10,
+            "prompts_per_step": 16,
+            "samples_per_prompt": 8,
+            "updates_per_rollout": 4,
+            "micro_batch_size": 4,
+            "lr": 5e-7,
+            "max_new_tokens": 1024,
+            "grad_clip": 1.0,
+            "temperature": 1.0,
+            "checkpoint_every": 5,
+            **train,
+        },
+        "openrlhf": {"nodes": 1, "gpus_per_node": 8, **(openrlhf or {})},
+    }
 
 
 GOLDEN_METHOD_FLAGS = {
-    "grpo": ["--algo.advantage.estimator", "group_norm", "--actor.policy_loss_type", "ppo",
-             "--actor.eps_clip_low_high", "0.2", "0.2", "--actor.loss_agg_mode", "token-mean",
-             "--actor.entropy_coef", "0"],
-    "rloo": ["--algo.advantage.estimator", "rloo", "--actor.policy_loss_type", "ppo",
-             "--actor.eps_clip_low_high", "0.2", "0.2", "--actor.loss_agg_mode", "token-mean",
-             "--actor.entropy_coef", "0"],
-    "clip_higher": ["--algo.advantage.estimator", "group_norm", "--actor.policy_loss_type", "ppo",
-                    "--actor.eps_clip_low_high", "0.2", "0.28", "--actor.loss_agg_mode", "token-mean",
-                    "--actor.entropy_coef", "0"],
-    "entropy_bonus": ["--algo.advantage.estimator", "group_norm", "--actor.policy_loss_type", "ppo",
-                      "--actor.eps_clip_low_high", "0.2", "0.2", "--actor.loss_agg_mode", "token-mean",
-                      "--actor.entropy_coef", "0.001"],
-    "clip_cov": ["--algo.advantage.estimator", "group_norm", "--actor.policy_loss_type", "ppo",
-                 "--actor.eps_clip_low_high", "1.0", "1.0", "--actor.loss_agg_mode", "token-mean",
-                 "--actor.entropy_coef", "0"],
-    "kl_cov": ["--algo.advantage.estimator", "group_norm", "--actor.policy_loss_type", "ppo",
-               "--actor.eps_clip_low_high", "0.2", "0.2", "--actor.loss_agg_mode", "token-mean",
-               "--actor.entropy_coef", "0"],
+    "grpo": [
+        "--algo.advantage.estimator",
+        "group_norm",
+        "--actor.policy_loss_type",
+        "ppo",
+        "--actor.eps_clip_low_high",
+        "0.2",
+        "0.2",
+        "--actor.loss_agg_mode",
+        "token-mean",
+        "--actor.entropy_coef",
+        "0",
+    ],
+    "rloo": [
+        "--algo.advantage.estimator",
+        "rloo",
+        "--actor.policy_loss_type",
+        "ppo",
+        "--actor.eps_clip_low_high",
+        "0.2",
+        "0.2",
+        "--actor.loss_agg_mode",
+        "token-mean",
+        "--actor.entropy_coef",
+        "0",
+    ],
+    "clip_higher": [
+        "--algo.advantage.estimator",
+        "group_norm",
+        "--actor.policy_loss_type",
+        "ppo",
+        "--actor.eps_clip_low_high",
+        "0.2",
+        "0.28",
+        "--actor.loss_agg_mode",
+        "token-mean",
+        "--actor.entropy_coef",
+        "0",
+    ],
+    "entropy_bonus": [
+        "--algo.advantage.estimator",
+        "group_norm",
+        "--actor.policy_loss_type",
+        "ppo",
+        "--actor.eps_clip_low_high",
+        "0.2",
+        "0.2",
+        "--actor.loss_agg_mode",
+        "token-mean",
+        "--actor.entropy_coef",
+        "0.001",
+    ],
+    "clip_cov": [
+        "--algo.advantage.estimator",
+        "group_norm",
+        "--actor.policy_loss_type",
+        "ppo",
+        "--actor.eps_clip_low_high",
+        "1.0",
+        "1.0",
+        "--actor.loss_agg_mode",
+        "token-mean",
+        "--actor.entropy_coef",
+        "0",
+    ],
+    "kl_cov": [
+        "--algo.advantage.estimator",
+        "group_norm",
+        "--actor.policy_loss_type",
+        "ppo",
+        "--actor.eps_clip_low_high",
+        "0.2",
+        "0.2",
+        "--actor.loss_agg_mode",
+        "token-mean",
+        "--actor.entropy_coef",
+        "0",
+    ],
 }
 
 
@@ -49,7 +124,9 @@ def test_method_flags_golden(name):
 def test_method_variants():
     opts = parse_options({"log_entropy": False})
     assert method_flags(harness.get_method("grpo", std_normalize=False), opts)[:2] == [
-        "--algo.advantage.estimator", "dr_grpo"]
+        "--algo.advantage.estimator",
+        "dr_grpo",
+    ]
     assert "--actor.entropy_coef" not in method_flags(harness.get_method("kl_cov"), opts)
     assert method_flags(harness.get_method("kl_cov", advantage="rloo"), opts)[1] == "rloo"
     f = method_flags(harness.get_method("clip_higher", eps_high=0.3, agg="seq-mean-token-mean"), opts)
@@ -60,30 +137,95 @@ def test_full_argv_golden(tmp_path):
     run = str(tmp_path / "run")
     plan = build_plan(config(), run)
     assert plan.argv == [
-        "--actor.model_name_or_path", "Qwen/Qwen2.5-7B",
-        "--data.prompt_dataset", "/data/dapo.jsonl",
-        "--data.input_key", "prompt", "--data.label_key", "answer", "--data.apply_chat_template",
-        "--data.max_len", "3072",
-        "--train.num_episodes", "10", "--train.seed", "1",
-        "--rollout.batch_size", "16", "--rollout.n_samples_per_prompt", "8",
-        "--rollout.max_new_tokens", "1024", "--rollout.temperature", "1.0", "--rollout.top_p", "1.0",
-        "--rollout.micro_batch_size", "4",
-        "--train.batch_size", "32", "--train.micro_batch_size", "4", "--train.max_epochs", "1",
-        "--actor.adam.lr", "5e-07", "--actor.adam.weight_decay", "0.0", "--actor.adam.betas", "0.9", "0.999",
-        "--actor.lr_scheduler", "constant", "--actor.lr_warmup_ratio", "0.0", "--actor.max_norm", "1.0",
+        "--actor.model_name_or_path",
+        "Qwen/Qwen2.5-7B",
+        "--data.prompt_dataset",
+        "/data/dapo.jsonl",
+        "--data.input_key",
+        "prompt",
+        "--data.label_key",
+        "answer",
+        "--data.apply_chat_template",
+        "--data.max_len",
+        "3072",
+        "--train.num_episodes",
+        "10",
+        "--train.seed",
+        "1",
+        "--rollout.batch_size",
+        "16",
+        "--rollout.n_samples_per_prompt",
+        "8",
+        "--rollout.max_new_tokens",
+        "1024",
+        "--rollout.temperature",
+        "1.0",
+        "--rollout.top_p",
+        "1.0",
+        "--rollout.micro_batch_size",
+        "4",
+        "--train.batch_size",
+        "32",
+        "--train.micro_batch_size",
+        "4",
+        "--train.max_epochs",
+        "1",
+        "--actor.adam.lr",
+        "5e-07",
+        "--actor.adam.weight_decay",
+        "0.0",
+        "--actor.adam.betas",
+        "0.9",
+        "0.999",
+        "--actor.lr_scheduler",
+        "constant",
+        "--actor.lr_warmup_ratio",
+        "0.0",
+        "--actor.max_norm",
+        "1.0",
         *GOLDEN_METHOD_FLAGS["grpo"],
-        "--algo.kl.init_coef", "0.0",
-        "--reward.remote_url", flags.REWARD_FILE,
-        "--actor.num_nodes", "1", "--actor.num_gpus_per_node", "8",
-        "--ref.num_nodes", "1", "--ref.num_gpus_per_node", "8",
-        "--vllm.num_engines", "8", "--vllm.tensor_parallel_size", "1", "--vllm.gpu_memory_utilization", "0.6",
-        "--train.colocate_all", "--vllm.enable_sleep", "--ds.enable_sleep",
-        "--ds.zero_stage", "2", "--ds.param_dtype", "bf16", "--ds.attn_implementation", "flash_attention_2",
+        "--algo.kl.init_coef",
+        "0.0",
+        "--reward.remote_url",
+        flags.REWARD_FILE,
+        "--actor.num_nodes",
+        "1",
+        "--actor.num_gpus_per_node",
+        "8",
+        "--ref.num_nodes",
+        "1",
+        "--ref.num_gpus_per_node",
+        "8",
+        "--vllm.num_engines",
+        "8",
+        "--vllm.tensor_parallel_size",
+        "1",
+        "--vllm.gpu_memory_utilization",
+        "0.6",
+        "--train.colocate_all",
+        "--vllm.enable_sleep",
+        "--ds.enable_sleep",
+        "--ds.zero_stage",
+        "2",
+        "--ds.param_dtype",
+        "bf16",
+        "--ds.attn_implementation",
+        "flash_attention_2",
         "--actor.gradient_checkpointing_enable",
-        "--ckpt.path", os.path.join(run, "checkpoints", "openrlhf"),
-        "--ckpt.output_dir", os.path.join(run, "checkpoints", "final"),
-        "--ckpt.save_steps", "5", "--ckpt.max_num", "2", "--ckpt.load_enable", "--ckpt.save_hf",
-        "--logger.logging_steps", "1", "--eval.steps", "-1",
+        "--ckpt.path",
+        os.path.join(run, "checkpoints", "openrlhf"),
+        "--ckpt.output_dir",
+        os.path.join(run, "checkpoints", "final"),
+        "--ckpt.save_steps",
+        "5",
+        "--ckpt.max_num",
+        "2",
+        "--ckpt.load_enable",
+        "--ckpt.save_hf",
+        "--logger.logging_steps",
+        "1",
+        "--eval.steps",
+        "-1",
     ]
     assert plan.plugin["method"]["name"] == "grpo" and plan.plugin["steps"] == 10
     assert plan.plugin["run_dir"] == run and len(plan.plugin["run_id"]) == 12
@@ -97,14 +239,24 @@ def test_model_dtype_and_dynamic_filtering(tmp_path):
     assert argv[argv.index("--ds.param_dtype") + 1] == "fp16"
     assert argv[argv.index("--train.num_episodes") + 1] == "30"  # steps x max_gen_batches passes at most
     assert "--data.max_samples" not in argv  # the plugin stops after train.steps; no cap on the eval set
-    assert argv[argv.index("--algo.dynamic_filtering_enable") + 1:][:3] == ["--algo.dynamic_filtering_range",
-                                                                            "0.0", "1.0"]
+    assert argv[argv.index("--algo.dynamic_filtering_enable") + 1 :][:3] == [
+        "--algo.dynamic_filtering_range",
+        "0.0",
+        "1.0",
+    ]
 
 
 def test_logging_and_extra_flags(tmp_path):
-    cfg = config(openrlhf={"extra_flags": {"--vllm.enforce_eager": True, "--actor.adam.eps": 1e-6,
-                                           "--algo.advantage.is_correction_threshold": [0.5, 2.0]},
-                           "env": {"NCCL_DEBUG": "INFO"}})
+    cfg = config(
+        openrlhf={
+            "extra_flags": {
+                "--vllm.enforce_eager": True,
+                "--actor.adam.eps": 1e-6,
+                "--algo.advantage.is_correction_threshold": [0.5, 2.0],
+            },
+            "env": {"NCCL_DEBUG": "INFO"},
+        }
+    )
     from harness.config import load_config
 
     resolved = load_config(cfg).to_dict()  # wandb on: the local wandb-package check is the config module's job
@@ -119,10 +271,16 @@ def test_logging_and_extra_flags(tmp_path):
 
     plan = build_plan(Resolved(), tmp_path)
     argv = plan.argv
-    assert argv[-6:] == ["--vllm.enforce_eager", "--actor.adam.eps", "1e-06",
-                         "--algo.advantage.is_correction_threshold", "0.5", "2.0"]
+    assert argv[-6:] == [
+        "--vllm.enforce_eager",
+        "--actor.adam.eps",
+        "1e-06",
+        "--algo.advantage.is_correction_threshold",
+        "0.5",
+        "2.0",
+    ]
     assert argv[argv.index("--vllm.enforce_eager") + 1] == "--actor.adam.eps"
-    assert argv[argv.index("--algo.advantage.is_correction_threshold") + 1:][:2] == ["0.5", "2.0"]
+    assert argv[argv.index("--algo.advantage.is_correction_threshold") + 1 :][:2] == ["0.5", "2.0"]
     assert argv[argv.index("--logger.tensorboard_dir") + 1] == str(tmp_path / "tensorboard")
     assert argv[argv.index("--logger.wandb.key") + 1] == "${WANDB_API_KEY}"
     assert plan.env["NCCL_DEBUG"] == "INFO"
@@ -137,27 +295,34 @@ def test_dry_run_command_shows_env_and_flags(tmp_path):
     assert '"eps_high": 0.28' in text
 
 
-@pytest.mark.parametrize("cfg,match", [
-    (config({"name": "prime"}), "prime is not supported on the OpenRLHF backend"),
-    (config({"name": "grpo", "advantage": "prime"}), "prime is not supported"),
-    (config({"name": "grpo", "agg": "seq-mean-token-sum"}), "method.agg: 'seq-mean-token-sum' is not supported"),
-    (config(updates_per_rollout=3), "updates_per_rollout: 3 does not divide"),
-    (config(micro_batch_size=3), "not a multiple of micro_batch_size"),
-    (config(samples_per_prompt=1), "at least 2"),
-    (config(openrlhf={"vllm_engines": 3}), "vllm_engines x vllm_tp == actor GPUs"),
-    (config(openrlhf={"gpus": 8}), r"openrlhf.gpus: unknown key. Did you mean 'gpus_per_node'"),
-    (config(openrlhf={"zero_stage": 4}), "openrlhf.zero_stage: 4 is not allowed"),
-    (config(openrlhf={"kl_coef": 0.01}), "needs openrlhf.kl_use_loss: true"),
-    (config(openrlhf={"reward": "lean"}), "openrlhf.reward: 'lean' is not allowed"),
-    (config(openrlhf={"reward": "/nope/r.py"}), "file not found"),
-    (config(openrlhf={"extra_flags": {"--train.batch_size": 4}}), "set by the launcher"),
-    (config(openrlhf={"extra_flags": {"train.seed": 4}}), "is not a flag"),
-    (config(openrlhf={"extra_flags": {"--train.async_enable": True}}), "not supported by the harness backend"),
-    (config(openrlhf={"extra_flags": {"--actor.dual_clip": 3.0}}), "silently ignore"),
-    (config(openrlhf={"extra_flags": {"--algo.advantage.is_correction_level": "token"}}), "silently ignore"),
-    (config({"name": "kl_cov", "scope": "global"}, openrlhf={"extra_flags": {"--train.dynamic_batch_enable": True}}),
-     "scope: global"),
-])
+@pytest.mark.parametrize(
+    "cfg,match",
+    [
+        (config({"name": "prime"}), "prime is not supported on the OpenRLHF backend"),
+        (config({"name": "grpo", "advantage": "prime"}), "prime is not supported"),
+        (config({"name": "grpo", "agg": "seq-mean-token-sum"}), "method.agg: 'seq-mean-token-sum' is not supported"),
+        (config(updates_per_rollout=3), "updates_per_rollout: 3 does not divide"),
+        (config(micro_batch_size=3), "not a multiple of micro_batch_size"),
+        (config(samples_per_prompt=1), "at least 2"),
+        (config(openrlhf={"vllm_engines": 3}), "vllm_engines x vllm_tp == actor GPUs"),
+        (config(openrlhf={"gpus": 8}), r"openrlhf.gpus: unknown key. Did you mean 'gpus_per_node'"),
+        (config(openrlhf={"zero_stage": 4}), "openrlhf.zero_stage: 4 is not allowed"),
+        (config(openrlhf={"kl_coef": 0.01}), "needs openrlhf.kl_use_loss: true"),
+        (config(openrlhf={"reward": "lean"}), "openrlhf.reward: 'lean' is not allowed"),
+        (config(openrlhf={"reward": "/nope/r.py"}), "file not found"),
+        (config(openrlhf={"extra_flags": {"--train.batch_size": 4}}), "set by the launcher"),
+        (config(openrlhf={"extra_flags": {"train.seed": 4}}), "is not a flag"),
+        (config(openrlhf={"extra_flags": {"--train.async_enable": True}}), "not supported by the harness backend"),
+        (config(openrlhf={"extra_flags": {"--actor.dual_clip": 3.0}}), "silently ignore"),
+        (config(openrlhf={"extra_flags": {"--algo.advantage.is_correction_level": "token"}}), "silently ignore"),
+        (
+            config(
+                {"name": "kl_cov", "scope": "global"}, openrlhf={"extra_flags": {"--train.dynamic_batch_enable": True}}
+            ),
+            "scope: global",
+        ),
+    ],
+)
 def test_bad_input_errors_before_anything_starts(cfg, match, tmp_path):
     with pytest.raises(ValueError, match=match):
         build_plan(cfg, tmp_path)
@@ -202,8 +367,10 @@ def test_backend_module_imports_without_openrlhf():
     import subprocess
     import sys
 
-    code = ("import sys, harness.backends.openrlhf as b; from harness.backends.openrlhf import flags, bridge, hook;"
-            "assert 'openrlhf' not in sys.modules and 'ray' not in sys.modules and 'deepspeed' not in sys.modules")
+    code = (
+        "import sys, harness.backends.openrlhf as b; from harness.backends.openrlhf import flags, bridge, hook;"
+        "assert 'openrlhf' not in sys.modules and 'ray' not in sys.modules and 'deepspeed' not in sys.modules"
+    )
     subprocess.run([sys.executable, "-c", code], check=True)
 
 
@@ -258,8 +425,9 @@ def test_slurm_non_head_task_joins_the_head(monkeypatch):
     monkeypatch.setenv("SLURM_PROCID", "3")
     monkeypatch.setenv("SLURM_JOB_ID", "1234")
     calls = []
-    monkeypatch.setattr(launch.subprocess, "run",
-                        lambda cmd, **k: calls.append(cmd) or subprocess.CompletedProcess(cmd, 0))
+    monkeypatch.setattr(
+        launch.subprocess, "run", lambda cmd, **k: calls.append(cmd) or subprocess.CompletedProcess(cmd, 0)
+    )
     with pytest.raises(SystemExit) as done:
         launch.join_or_start_cluster(["node0", "node1", "node2", "node3"])
     assert done.value.code == 0
@@ -270,18 +438,36 @@ def test_eval_dataset_flags_and_protocol(tmp_path):
     import json
 
     data = tmp_path / "eval.jsonl"
-    data.write_text("\n".join(json.dumps({"prompt": f"q{i}", "answer": "1", "datasource": "aime" if i < 3 else "amc"})
-                              for i in range(5)) + "\n")
+    data.write_text(
+        "\n".join(
+            json.dumps({"prompt": f"q{i}", "answer": "1", "datasource": "aime" if i < 3 else "amc"}) for i in range(5)
+        )
+        + "\n"
+    )
     cfg = config(openrlhf={"eval_dataset": str(data)})
     cfg["eval"] = {"every": 4, "n_samples": 8, "temperature": 0.6}
     plan = build_plan(cfg, tmp_path / "r")
     argv = plan.argv
-    assert argv[argv.index("--eval.dataset"):][:10] == [
-        "--eval.dataset", str(data), "--eval.steps", "4", "--ckpt.best_metric_key", "none",
-        "--eval.temperature", "0.6", "--eval.n_samples_per_prompt", "8"]
+    assert argv[argv.index("--eval.dataset") :][:10] == [
+        "--eval.dataset",
+        str(data),
+        "--eval.steps",
+        "4",
+        "--ckpt.best_metric_key",
+        "none",
+        "--eval.temperature",
+        "0.6",
+        "--eval.n_samples_per_prompt",
+        "8",
+    ]
     assert argv.count("--eval.steps") == 1
-    assert plan.plugin["eval"] == {"n_samples": 8, "temperature": 0.6, "top_p": 1.0, "max_tokens": 1024,
-                                   "counts": {"aime": 3, "amc": 2}}
+    assert plan.plugin["eval"] == {
+        "n_samples": 8,
+        "temperature": 0.6,
+        "top_p": 1.0,
+        "max_tokens": 1024,
+        "counts": {"aime": 3, "amc": 2},
+    }
     cfg["eval"]["max_new_tokens"] = 2048
     with pytest.raises(ValueError, match="eval.max_new_tokens"):
         build_plan(cfg, tmp_path / "r")

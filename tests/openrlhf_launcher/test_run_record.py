@@ -33,9 +33,14 @@ def test_runner_writes_the_openrlhf_result_once(tmp_path, monkeypatch):
 
     monkeypatch.setattr(runner.subprocess, "run", fake_launch)
     monkeypatch.setattr(runner, "train", train)
-    cfg = {"backend": "openrlhf", "method": {"name": "kl_cov"}, "model": {"name": "Qwen/Qwen2.5-7B"},
-           "task": {"name": "/data/dapo.jsonl"}, "train": {"steps": 15, "micro_batch_size": 2},
-           "logging": {"progress": False}}
+    cfg = {
+        "backend": "openrlhf",
+        "method": {"name": "kl_cov"},
+        "model": {"name": "Qwen/Qwen2.5-7B"},
+        "task": {"name": "/data/dapo.jsonl"},
+        "train": {"steps": 15, "micro_batch_size": 2},
+        "logging": {"progress": False},
+    }
     res = run(cfg, run_dir, quiet=True)
     assert envs[0][launch.RUNNER_ENV] == "1" and isinstance(records[0], RunResult)
     assert json.loads((run_dir / "result.json").read_text()) == res

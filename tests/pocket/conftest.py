@@ -8,8 +8,15 @@ TINY = {
     "method": {"name": "grpo"},
     "model": {"name": "pocket-0.3m", "warm_start": {"enabled": "false"}},
     "task": {"name": "countdown", "test_size": 16},
-    "train": {"steps": 3, "prompts_per_step": 4, "samples_per_prompt": 4, "updates_per_rollout": 2,
-              "micro_batch_size": 4, "max_new_tokens": 6, "checkpoint_every": 1},
+    "train": {
+        "steps": 3,
+        "prompts_per_step": 4,
+        "samples_per_prompt": 4,
+        "updates_per_rollout": 2,
+        "micro_batch_size": 4,
+        "max_new_tokens": 6,
+        "checkpoint_every": 1,
+    },
     "eval": {"every": 2, "n_samples": 2, "max_problems": 8},
     "logging": {"progress": False},
 }

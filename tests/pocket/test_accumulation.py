@@ -35,9 +35,15 @@ def _grads(tiny, tmp_path, method, micro, plan_scope=None):
     return [p.grad.clone() for p in tr.model.parameters()], n_sel
 
 
-@pytest.mark.parametrize("method", [{"name": "grpo"}, {"name": "grpo", "agg": "seq-mean-token-mean"},
-                                    {"name": "grpo", "agg": "seq-mean-token-sum-norm"},
-                                    {"name": "entropy_bonus", "coef": 0.1}])
+@pytest.mark.parametrize(
+    "method",
+    [
+        {"name": "grpo"},
+        {"name": "grpo", "agg": "seq-mean-token-mean"},
+        {"name": "grpo", "agg": "seq-mean-token-sum-norm"},
+        {"name": "entropy_bonus", "coef": 0.1},
+    ],
+)
 def test_micro_batch_size_does_not_change_the_gradient(tiny, tmp_path, method):
     g16, _ = _grads(tiny, tmp_path, method, 16)
     g3, _ = _grads(tiny, tmp_path, method, 3)

@@ -32,17 +32,23 @@ def test_unknown_key_gets_did_you_mean(tiny):
     assert "Did you mean 'train'" in err({"trian": {}})
 
 
-@pytest.mark.parametrize("override, fragment", [
-    ("train.steps=0", "train.steps: 0 is below the minimum 1"),
-    ("train.steps=ten", "train.steps: expected an integer, got 'ten'"),
-    ("train.lr=fast", "train.lr: expected a number, got 'fast'"),
-    ("train.dynamic_filtering=maybe", "train.dynamic_filtering: expected true or false"),
-    ("model.dtype=fp8", "model.dtype: 'fp8' is not allowed. Allowed: float32, bfloat16, float16"),
-    ("eval.top_p=2", "eval.top_p: 2.0 is above the maximum 1.0"),
-    ("backend=pockit", "backend: 'pockit' is not allowed. Did you mean 'pocket'?"),
-    ("train=5", "train: expected a mapping"),
-    ("train.updates_per_rollout=99", "train.updates_per_rollout: 99 mini-batches need at least that many sequences"),
-])
+@pytest.mark.parametrize(
+    "override, fragment",
+    [
+        ("train.steps=0", "train.steps: 0 is below the minimum 1"),
+        ("train.steps=ten", "train.steps: expected an integer, got 'ten'"),
+        ("train.lr=fast", "train.lr: expected a number, got 'fast'"),
+        ("train.dynamic_filtering=maybe", "train.dynamic_filtering: expected true or false"),
+        ("model.dtype=fp8", "model.dtype: 'fp8' is not allowed. Allowed: float32, bfloat16, float16"),
+        ("eval.top_p=2", "eval.top_p: 2.0 is above the maximum 1.0"),
+        ("backend=pockit", "backend: 'pockit' is not allowed. Did you mean 'pocket'?"),
+        ("train=5", "train: expected a mapping"),
+        (
+            "train.updates_per_rollout=99",
+            "train.updates_per_rollout: 99 mini-batches need at least that many sequences",
+        ),
+    ],
+)
 def test_bad_values_name_the_path(tiny, override, fragment):
     assert fragment in err(tiny, [override])
 
@@ -53,7 +59,8 @@ def test_unknown_model_size_and_task_did_you_mean(tiny):
     msg = err(tiny, ["task.name=countdwn"])
     assert msg.startswith("task.name: unknown task 'countdwn'. Did you mean 'countdown'?")
     assert "task.options.digts: unknown option for task 'arith'. Did you mean 'digits'?" in err(
-        tiny, ["task.name=arith", "task.options={digts: 3}"])
+        tiny, ["task.name=arith", "task.options={digts: 3}"]
+    )
     assert "task.options.digits: 9 is not allowed" in err(tiny, ["task.name=arith", "task.options={digits: 9}"])
     assert "JSONL file not found" in err(tiny, ["task.name=/nonexistent/problems.jsonl"])
 
@@ -72,8 +79,10 @@ def test_openrlhf_section_is_validated_when_loaded_and_ignored_by_pocket(tiny):
     assert cfg.openrlhf == {"vllm": {"tp": 2}, "anything": [1, 2]}
     with pytest.raises(ConfigError, match=r"openrlhf.vllm: unknown key. Did you mean 'vllm_tp'"):
         load_config(dict(tiny, backend="openrlhf"), ["model.name=Qwen/Qwen2.5-7B"])
-    hub = load_config(dict(tiny, backend="openrlhf", openrlhf={"gpus_per_node": 1}),
-                      ["model.name=Qwen/Qwen2.5-7B", "train.micro_batch_size=1"])
+    hub = load_config(
+        dict(tiny, backend="openrlhf", openrlhf={"gpus_per_node": 1}),
+        ["model.name=Qwen/Qwen2.5-7B", "train.micro_batch_size=1"],
+    )
     assert hub.model.name == "Qwen/Qwen2.5-7B" and hub.openrlhf.gpus_per_node == 1  # typed by the backend
 
 

@@ -20,11 +20,17 @@ def _bpe_tokenizer():
     tk = Tokenizer(models.BPE(unk_token="<unk>"))
     tk.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tk.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(vocab_size=300, special_tokens=["<pad>", "<bos>", "<eos>", "<unk>"],
-                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    trainer = trainers.BpeTrainer(
+        vocab_size=300,
+        special_tokens=["<pad>", "<bos>", "<eos>", "<unk>"],
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+    )
     tk.train_from_iterator(PROMPTS * 20 + ["use the numbers to make the target"] * 20, trainer)
-    return mark_exact(PreTrainedTokenizerFast(tokenizer_object=tk, pad_token="<pad>", bos_token="<bos>",
-                                              eos_token="<eos>", unk_token="<unk>"))
+    return mark_exact(
+        PreTrainedTokenizerFast(
+            tokenizer_object=tk, pad_token="<pad>", bos_token="<bos>", eos_token="<eos>", unk_token="<unk>"
+        )
+    )
 
 
 @pytest.mark.parametrize("make", [build_char_tokenizer, _bpe_tokenizer], ids=["char", "bpe"])
@@ -60,13 +66,22 @@ def test_char_tokenizer_adds_bos_only_when_asked():
 
 
 def test_export_then_eval_scores_the_runs_own_task_under_its_suite_name(tmp_path, capsys):
-    base = {"backend": "pocket", "method": {"name": "grpo"},
-            "model": {"name": "pocket-0.3m", "warm_start": {"enabled": "false"}},
-            "task": {"name": "countdown", "test_size": 6, "options": {"n_numbers": 2}},
-            "train": {"steps": 1, "prompts_per_step": 2, "samples_per_prompt": 2, "updates_per_rollout": 1,
-                      "max_new_tokens": 4, "checkpoint_every": 1},
-            "eval": {"every": 0, "n_samples": 1, "temperature": 0.0, "max_problems": 4, "greedy": False},
-            "logging": {"progress": False}}
+    base = {
+        "backend": "pocket",
+        "method": {"name": "grpo"},
+        "model": {"name": "pocket-0.3m", "warm_start": {"enabled": "false"}},
+        "task": {"name": "countdown", "test_size": 6, "options": {"n_numbers": 2}},
+        "train": {
+            "steps": 1,
+            "prompts_per_step": 2,
+            "samples_per_prompt": 2,
+            "updates_per_rollout": 1,
+            "max_new_tokens": 4,
+            "checkpoint_every": 1,
+        },
+        "eval": {"every": 0, "n_samples": 1, "temperature": 0.0, "max_problems": 4, "greedy": False},
+        "logging": {"progress": False},
+    }
     cfg = tmp_path / "run.yaml"
     cfg.write_text(yaml.safe_dump(base))
     rd, out = tmp_path / "rd", tmp_path / "model"
@@ -76,8 +91,10 @@ def test_export_then_eval_scores_the_runs_own_task_under_its_suite_name(tmp_path
     assert spec["suite"] == "countdown" and spec["options"] == {"n_numbers": 2}
     assert main(["export", str(rd), "--out", str(out)]) == 2  # never overwrites
     capsys.readouterr()
-    assert main(["eval", "--model", str(out), "--suites", "countdown", "--out", str(tmp_path / "ev"),
-                 "--threads", "1"]) == 0
+    assert (
+        main(["eval", "--model", str(out), "--suites", "countdown", "--out", str(tmp_path / "ev"), "--threads", "1"])
+        == 0
+    )
     res = json.loads((tmp_path / "ev" / "results.json").read_text())["suites"]["countdown"]
     trained = json.loads((rd / "result.json").read_text())["eval"]["suites"]["countdown"]
     assert res["n_problems"] == trained["n_problems"] == 4

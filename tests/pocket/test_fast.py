@@ -32,8 +32,15 @@ def _model(size="pocket-0.3m", sharpen=4.0):
 
 def _batch(model, tok, n=3, seed=0):
     prompts = [tok.encode_prompt(t) for t in TEXTS for _ in range(n)]
-    return generate(model, prompts, max_new_tokens=6, eos_id=tok.eos_id, pad_id=tok.pad_id,
-                    generator=torch.Generator().manual_seed(seed), reference=True)
+    return generate(
+        model,
+        prompts,
+        max_new_tokens=6,
+        eos_id=tok.eos_id,
+        pad_id=tok.pad_id,
+        generator=torch.Generator().manual_seed(seed),
+        reference=True,
+    )
 
 
 def test_fast_path_is_used_for_pocket_sizes_only():
@@ -104,11 +111,18 @@ def test_every_method_gets_the_same_loss_and_gradient(name):
         ent = ent if method.needs_entropy else None
         selected = None
         if getattr(method, "needs_global_plan", False):
-            selected = method.selection_plan(lp.detach(), old, adv, b.mask, generator=torch.Generator().manual_seed(7),
-                                             **({"entropy": ent.detach()} if ent is not None else {}))
+            selected = method.selection_plan(
+                lp.detach(),
+                old,
+                adv,
+                b.mask,
+                generator=torch.Generator().manual_seed(7),
+                **({"entropy": ent.detach()} if ent is not None else {}),
+            )
         try:
-            o = method.policy_loss(lp, old, adv, b.mask, entropy=ent, step=3, selected=selected,
-                                   generator=torch.Generator().manual_seed(7))
+            o = method.policy_loss(
+                lp, old, adv, b.mask, entropy=ent, step=3, selected=selected, generator=torch.Generator().manual_seed(7)
+            )
         except ValueError as e:  # the method does not run on the current method base at all: not this test's job
             assert ref, f"the fast path failed where the reference ran: {e}"
             pytest.skip(f"{name} does not run policy_loss here: {e}")

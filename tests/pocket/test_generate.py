@@ -22,7 +22,7 @@ def _naive_greedy(model, prompt, n, eos):
             cur.append(nxt)
             if nxt == eos:
                 break
-    return cur[len(prompt):]
+    return cur[len(prompt) :]
 
 
 def test_sizes_have_the_advertised_parameter_counts():
@@ -64,7 +64,7 @@ def test_sampling_is_reproducible_and_logprobs_are_consistent():
     i = 1
     r = b1.responses[i][b1.mask[i].bool()].tolist()
     with torch.no_grad():
-        logits = model(input_ids=torch.tensor([prompts[i] + r])).logits[0, len(prompts[i]) - 1:-1]
+        logits = model(input_ids=torch.tensor([prompts[i] + r])).logits[0, len(prompts[i]) - 1 : -1]
         ref = torch.log_softmax(logits, -1).gather(-1, torch.tensor(r)[:, None]).squeeze(-1)
     assert torch.allclose(lp[i][: len(r)], ref, atol=1e-5)
     assert (ent[b1.mask == 1] >= 0).all() and float(ent.max()) <= float(torch.log(torch.tensor(float(len(tok))))) + 1e-4

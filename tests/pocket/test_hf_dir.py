@@ -16,9 +16,19 @@ def hf_dir(tmp_path):
     from harness.backends.pocket.tokenizer import build_char_tokenizer
 
     tok = build_char_tokenizer()
-    cfg = Qwen2Config(vocab_size=len(tok), hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
-                      num_key_value_heads=2, intermediate_size=64, max_position_embeddings=64,
-                      tie_word_embeddings=True, pad_token_id=0, bos_token_id=1, eos_token_id=2)
+    cfg = Qwen2Config(
+        vocab_size=len(tok),
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        num_key_value_heads=2,
+        intermediate_size=64,
+        max_position_embeddings=64,
+        tie_word_embeddings=True,
+        pad_token_id=0,
+        bos_token_id=1,
+        eos_token_id=2,
+    )
     d = tmp_path / "tiny-hf"
     Qwen2ForCausalLM(cfg).save_pretrained(d)
     tok.save_pretrained(d)
@@ -27,8 +37,9 @@ def hf_dir(tmp_path):
 
 def test_hf_directory_and_jsonl_task(hf_dir, tmp_path, tiny):
     problems = tmp_path / "problems.jsonl"
-    problems.write_text("".join(json.dumps({"prompt": f"{a}+{b}=", "answer": str(a + b)}) + "\n"
-                                for a in range(6) for b in range(6)))
+    problems.write_text(
+        "".join(json.dumps({"prompt": f"{a}+{b}=", "answer": str(a + b)}) + "\n" for a in range(6) for b in range(6))
+    )
     tiny["model"] = {"name": str(hf_dir)}
     tiny["task"] = {"name": str(problems), "test_size": 6}
     tiny["train"].update(steps=2)

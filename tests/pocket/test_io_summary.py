@@ -37,6 +37,9 @@ def test_step_generators_are_independent_and_reproducible():
     a = make_generator(0, 5, "rollout")
     b = make_generator(0, 5, "rollout")
     import torch
+
     assert torch.equal(torch.rand(4, generator=a), torch.rand(4, generator=b))
-    draws = {(s, p): float(torch.rand(1, generator=make_generator(0, s, p))) for s in (1, 2) for p in ("prompts", "rollout")}
+    draws = {
+        (s, p): float(torch.rand(1, generator=make_generator(0, s, p))) for s in (1, 2) for p in ("prompts", "rollout")
+    }
     assert len(set(draws.values())) == 4

@@ -9,9 +9,28 @@ from harness.config import load_config
 from harness.io import read_jsonl
 from harness.runner import run
 
-CONTRACT_KEYS = {"step", "reward/mean", "entropy", "cov/term", "cov/mean", "cov/top_0.02pct", "cov/top_0.2pct",
-                 "cov/top_2pct", "cov/top_20pct", "cov/top_50pct", "selected/count", "selected/frac", "clipfrac",
-                 "ppo_kl", "response/length", "lr", "time/rollout", "time/score", "time/update", "time/wall"}
+CONTRACT_KEYS = {
+    "step",
+    "reward/mean",
+    "entropy",
+    "cov/term",
+    "cov/mean",
+    "cov/top_0.02pct",
+    "cov/top_0.2pct",
+    "cov/top_2pct",
+    "cov/top_20pct",
+    "cov/top_50pct",
+    "selected/count",
+    "selected/frac",
+    "clipfrac",
+    "ppo_kl",
+    "response/length",
+    "lr",
+    "time/rollout",
+    "time/score",
+    "time/update",
+    "time/wall",
+}
 
 
 def test_a_few_steps_write_the_run_directory(tiny, tmp_path):
@@ -23,12 +42,36 @@ def test_a_few_steps_write_the_run_directory(tiny, tmp_path):
         assert 0 <= r["reward/mean"] <= 1 and r["entropy"] > 0 and 1 <= r["response/length"] <= 6
     assert "entropy/delta" not in rows[0]
     assert rows[1]["entropy/delta"] == pytest.approx(rows[1]["entropy"] - rows[0]["entropy"])
-    assert "eval/countdown/avg@2" in rows[1] and "eval/countdown/greedy" in rows[2] and "eval/countdown/avg@2" not in rows[0]
-    assert sorted(p.name for p in (tmp_path / "run" / "eval").iterdir()) == ["step_0.json", "step_2.json", "step_3.json"]
+    assert (
+        "eval/countdown/avg@2" in rows[1]
+        and "eval/countdown/greedy" in rows[2]
+        and "eval/countdown/avg@2" not in rows[0]
+    )
+    assert sorted(p.name for p in (tmp_path / "run" / "eval").iterdir()) == [
+        "step_0.json",
+        "step_2.json",
+        "step_3.json",
+    ]
     saved = json.loads((tmp_path / "run" / "result.json").read_text())
     assert saved == json.loads(json.dumps(res))
-    for k in ("schema_version", "run_id", "status", "backend", "method", "advantage", "method_config", "model",
-              "model_params", "task", "seed", "steps", "wall_time_s", "summary", "eval", "timing"):
+    for k in (
+        "schema_version",
+        "run_id",
+        "status",
+        "backend",
+        "method",
+        "advantage",
+        "method_config",
+        "model",
+        "model_params",
+        "task",
+        "seed",
+        "steps",
+        "wall_time_s",
+        "summary",
+        "eval",
+        "timing",
+    ):
         assert k in saved, k
     assert saved["status"] == "completed" and saved["steps"] == 3 and saved["method"] == "grpo"
     assert saved["summary"]["entropy_start"] == pytest.approx(rows[0]["entropy"])  # 10% of 3 steps -> 1 step
@@ -39,11 +82,18 @@ def test_a_few_steps_write_the_run_directory(tiny, tmp_path):
     assert set(saved["timing"]) >= {"rollout_s", "score_s", "update_s"}
 
 
-@pytest.mark.parametrize("method", [
-    {"name": "rloo"}, {"name": "prime", "prm_lr": 1e-3}, {"name": "entropy_bonus", "coef": 0.01},
-    {"name": "clip_higher"}, {"name": "clip_cov", "clip_ratio": 0.05, "cov_lb": -1.0},
-    {"name": "kl_cov", "k_ratio": 0.1}, {"name": "kl_cov", "k_ratio": 0.1, "scope": "global"},
-])
+@pytest.mark.parametrize(
+    "method",
+    [
+        {"name": "rloo"},
+        {"name": "prime", "prm_lr": 1e-3},
+        {"name": "entropy_bonus", "coef": 0.01},
+        {"name": "clip_higher"},
+        {"name": "clip_cov", "clip_ratio": 0.05, "cov_lb": -1.0},
+        {"name": "kl_cov", "k_ratio": 0.1},
+        {"name": "kl_cov", "k_ratio": 0.1, "scope": "global"},
+    ],
+)
 def test_every_method_trains(tiny, tmp_path, method):
     tiny["method"] = method
     tiny["train"].update(steps=2, checkpoint_every=0)

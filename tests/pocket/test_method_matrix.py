@@ -17,8 +17,16 @@ COMBOS = [(m, a) for m in harness.list_methods() for a in harness.list_advantage
 
 def _tiny_cfg(tiny, method, advantage, steps=2):
     tiny["method"] = {"name": method, "advantage": advantage}
-    tiny["train"].update(steps=steps, prompts_per_step=2, samples_per_prompt=2, updates_per_rollout=2,
-                         micro_batch_size=2, max_new_tokens=3, dynamic_filtering=False, checkpoint_every=0)
+    tiny["train"].update(
+        steps=steps,
+        prompts_per_step=2,
+        samples_per_prompt=2,
+        updates_per_rollout=2,
+        micro_batch_size=2,
+        max_new_tokens=3,
+        dynamic_filtering=False,
+        checkpoint_every=0,
+    )
     tiny["eval"].update(every=0, n_samples=1, max_problems=1, greedy=False)
     return tiny
 
@@ -44,11 +52,22 @@ def test_every_loss_with_every_estimator_trains_on_pocket(tiny, tmp_path):
 
 
 def _openrlhf_cfg(method, advantage):
-    return {"backend": "openrlhf", "seed": 0, "method": {"name": method, "advantage": advantage},
-            "model": {"name": "Qwen/Qwen2.5-0.5B"}, "task": {"name": "/data/math.jsonl"},
-            "train": {"steps": 2, "prompts_per_step": 8, "samples_per_prompt": 4, "updates_per_rollout": 2,
-                      "micro_batch_size": 2, "max_new_tokens": 64},
-            "openrlhf": {"nodes": 1, "gpus_per_node": 2}}
+    return {
+        "backend": "openrlhf",
+        "seed": 0,
+        "method": {"name": method, "advantage": advantage},
+        "model": {"name": "Qwen/Qwen2.5-0.5B"},
+        "task": {"name": "/data/math.jsonl"},
+        "train": {
+            "steps": 2,
+            "prompts_per_step": 8,
+            "samples_per_prompt": 4,
+            "updates_per_rollout": 2,
+            "micro_batch_size": 2,
+            "max_new_tokens": 64,
+        },
+        "openrlhf": {"nodes": 1, "gpus_per_node": 2},
+    }
 
 
 @pytest.mark.parametrize("name,adv", COMBOS)
@@ -102,7 +121,9 @@ def toy_stateful():
 
         def per_token_loss(self, log_probs, old_log_probs, advantages, mask, **_):
             loss, clipped = ppo_clip_token_loss(log_probs, old_log_probs, advantages, self.eps_low, self.eps_high)
-            return TokenLoss(loss, clipped=clipped & mask.bool(), metrics={"toy_stateful/coef": self.scale * self.total})
+            return TokenLoss(
+                loss, clipped=clipped & mask.bool(), metrics={"toy_stateful/coef": self.scale * self.total}
+            )
 
         def extra_loss(self, loss, entropy, mask):
             return loss - self.scale * self.total * harness.ops.agg_loss(entropy, mask)
@@ -175,8 +196,11 @@ def test_non_finite_gradient_raises_naming_the_method(tiny, tmp_path, toy_inf_gr
     cfg = _tiny_cfg(dict(tiny, train=dict(tiny["train"]), eval=dict(tiny["eval"])), "toy_inf_grad", "grpo")
     cfg["method"].pop("advantage")
     tr = PocketTrainer(load_config(cfg), tmp_path / "run", log=lambda *_: None)
-    with pytest.raises(FloatingPointError, match=r"method toy_inf_grad: non-finite gradient norm .* step 1; largest "
-                                                 r"\|log-ratio\| on a valid token of the mini-batch \d"):
+    with pytest.raises(
+        FloatingPointError,
+        match=r"method toy_inf_grad: non-finite gradient norm .* step 1; largest "
+        r"\|log-ratio\| on a valid token of the mini-batch \d",
+    ):
         tr.run()
 
 

@@ -17,8 +17,10 @@ ROOT = Path(__file__).resolve().parents[2]
 
 @pytest.mark.slow
 def test_quickstart_grpo_learns_and_entropy_falls(tmp_path):
-    cfg = load_config(ROOT / "sweeps" / "configs" / "pocket_countdown.yaml",
-                      [f"model.cache_dir={tmp_path / 'cache'}", "logging.progress=false"])
+    cfg = load_config(
+        ROOT / "sweeps" / "configs" / "pocket_countdown.yaml",
+        [f"model.cache_dir={tmp_path / 'cache'}", "logging.progress=false"],
+    )
     res = run(cfg, tmp_path / "run", quiet=True)
     s = res["summary"]
     assert s["entropy_end"] < 0.6 * s["entropy_start"]

@@ -10,8 +10,12 @@ def test_summary_averages_a_tenth_of_the_steps_rounded_down():
     assert [edge_steps(n) for n in (1, 9, 10, 15, 19, 20, 25, 30, 50)] == [1, 1, 1, 1, 1, 2, 2, 3, 5]
     rows = [{"step": i + 1, "entropy": float(i), "reward/mean": float(10 * i)} for i in range(15)]
     # 15 steps -> one step at each end: step 1 (entropy 0, reward 0) and step 15 (entropy 14, reward 140)
-    assert summarize_metrics(rows) == {"entropy_start": 0.0, "entropy_end": 14.0,
-                                       "reward_start": 0.0, "reward_end": 140.0}
+    assert summarize_metrics(rows) == {
+        "entropy_start": 0.0,
+        "entropy_end": 14.0,
+        "reward_start": 0.0,
+        "reward_end": 140.0,
+    }
     rows20 = [{"step": i + 1, "entropy": float(i)} for i in range(20)]  # 20 steps -> two: (0+1)/2, (18+19)/2
     s = summarize_metrics(rows20)
     assert (s["entropy_start"], s["entropy_end"], s["reward_start"]) == (0.5, 18.5, None)
@@ -29,10 +33,30 @@ def test_task_is_named_the_same_on_every_backend(tmp_path):
 
 def test_records_flatten_to_the_result_json_fields():
     suite = SuiteResult("arith", 8, 2, 0.6, 1.0, 6, {"avg@2": 0.5}, "avg@2").to_dict()
-    assert list(suite) == ["suite", "n_problems", "n_samples", "temperature", "top_p", "max_tokens", "metrics",
-                           "primary"]
-    rec = RunResult("grpo", "grpo", {"name": "grpo"}, "m", None, "arith", 0, 3, {}, None, {"update_s": 1.0},
-                    extra={"warm_start": None})
+    assert list(suite) == [
+        "suite",
+        "n_problems",
+        "n_samples",
+        "temperature",
+        "top_p",
+        "max_tokens",
+        "metrics",
+        "primary",
+    ]
+    rec = RunResult(
+        "grpo",
+        "grpo",
+        {"name": "grpo"},
+        "m",
+        None,
+        "arith",
+        0,
+        3,
+        {},
+        None,
+        {"update_s": 1.0},
+        extra={"warm_start": None},
+    )
     d = rec.to_dict()
     assert d["warm_start"] is None and "extra" not in d and d["timing"] == {"update_s": 1.0}
 
@@ -54,7 +78,23 @@ def test_pocket_result_json_is_written_once_by_the_runner(tiny, tmp_path, monkey
     assert seen == [(RunResult, False)]  # the backend returned a record and wrote no result.json
     on_disk = json.loads((tmp_path / "r" / "result.json").read_text())
     assert on_disk == res and res["status"] == "completed" and res["task"] == "countdown"
-    for key in ("schema_version", "run_id", "backend", "name", "method", "advantage", "method_config", "model",
-                "model_params", "seed", "steps", "summary", "eval", "timing", "warm_start", "wall_time_s"):
+    for key in (
+        "schema_version",
+        "run_id",
+        "backend",
+        "name",
+        "method",
+        "advantage",
+        "method_config",
+        "model",
+        "model_params",
+        "seed",
+        "steps",
+        "summary",
+        "eval",
+        "timing",
+        "warm_start",
+        "wall_time_s",
+    ):
         assert key in res, key
     assert res["eval"]["suites"]["countdown"]["primary"] == "avg@2"

@@ -70,8 +70,11 @@ def test_crash_resumes_from_last_checkpoint_and_replays_later_steps(tiny, tmp_pa
     cfg["train"]["checkpoint_every"] = 2
     if method == "prime":  # PRM, its optimizer and the frozen reference must all come back from the checkpoint
         cfg["method"] = {"name": "prime", "prm_lr": 1e-3}
-        cfg["model"] = {"name": "pocket-0.3m", "cache_dir": str(tmp_path / "cache"),
-                        "warm_start": {"max_steps": 20, "min_steps": 20, "check_every": 20, "batch_size": 16}}
+        cfg["model"] = {
+            "name": "pocket-0.3m",
+            "cache_dir": str(tmp_path / "cache"),
+            "warm_start": {"max_steps": 20, "min_steps": 20, "check_every": 20, "batch_size": 16},
+        }
     ref = run(load_config(cfg), tmp_path / "ref", quiet=True)
 
     real = PocketTrainer.train_step
@@ -91,5 +94,7 @@ def test_crash_resumes_from_last_checkpoint_and_replays_later_steps(tiny, tmp_pa
     res = run(load_config(cfg), tmp_path / "crashed", quiet=True)
     assert res["status"] == "completed"
     assert list((tmp_path / "crashed").glob("result.failed-*.json"))  # the failed attempt is kept aside
-    assert _strip(read_jsonl(tmp_path / "crashed" / "metrics.jsonl")) == _strip(read_jsonl(tmp_path / "ref" / "metrics.jsonl"))
+    assert _strip(read_jsonl(tmp_path / "crashed" / "metrics.jsonl")) == _strip(
+        read_jsonl(tmp_path / "ref" / "metrics.jsonl")
+    )
     assert res["summary"] == ref["summary"]

@@ -8,11 +8,24 @@ from harness.runner import run
 
 def test_logging_and_resources_keep_the_run_id_measuring_settings_change_it(tiny):
     base = load_config(tiny)
-    for override in ("logging.progress=true", "logging.tensorboard=false", "logging.wandb_project=x",
-                     "train.threads=2", "train.checkpoint_every=0", "model.cache_dir=/tmp/elsewhere"):
+    for override in (
+        "logging.progress=true",
+        "logging.tensorboard=false",
+        "logging.wandb_project=x",
+        "train.threads=2",
+        "train.checkpoint_every=0",
+        "model.cache_dir=/tmp/elsewhere",
+    ):
         assert load_config(tiny, [override]).run_id() == base.run_id(), override
-    for override in ("train.steps=4", "train.lr=1e-3", "seed=1", "method.eps_high=0.28", "eval.n_samples=3",
-                     "model.warm_start.max_steps=7", "task.options={max_number: 5}"):
+    for override in (
+        "train.steps=4",
+        "train.lr=1e-3",
+        "seed=1",
+        "method.eps_high=0.28",
+        "eval.n_samples=3",
+        "model.warm_start.max_steps=7",
+        "task.options={max_number: 5}",
+    ):
         assert load_config(tiny, [override]).run_id() != base.run_id(), override
 
 

@@ -45,12 +45,15 @@ def test_completed_run_is_not_trained_again(cfg_file, tmp_path):
     assert again == res and (rd / "result.json").stat().st_mtime_ns == stamp
 
 
-@pytest.mark.parametrize("override, fragment", [
-    ("train.stpes=3", "error: train.stpes: unknown key. Did you mean 'steps'"),
-    ("model.name=pocket-3m", "error: model.name: unknown model 'pocket-3m'."),
-    ("task.name=aritm", "error: task.name: unknown task 'aritm'. Did you mean 'arith'?"),
-    ("method.name=grop", "error: method: unknown method 'grop'."),
-])
+@pytest.mark.parametrize(
+    "override, fragment",
+    [
+        ("train.stpes=3", "error: train.stpes: unknown key. Did you mean 'steps'"),
+        ("model.name=pocket-3m", "error: model.name: unknown model 'pocket-3m'."),
+        ("task.name=aritm", "error: task.name: unknown task 'aritm'. Did you mean 'arith'?"),
+        ("method.name=grop", "error: method: unknown method 'grop'."),
+    ],
+)
 def test_bad_input_fails_before_any_work(cfg_file, tmp_path, capsys, override, fragment):
     rd = tmp_path / "never"
     assert main(["train", str(cfg_file), override, "--run-dir", str(rd)]) == 2

@@ -11,13 +11,13 @@ def test_countdown_verifier_hand_cases():
     t = make_task("countdown", test_size=20)
     p = {"prompt": "3 5 7 to 22:", "answer": "3*5+7", "numbers": [3, 5, 7], "target": 22}
     assert t.verify("3*5+7", p) == 1.0
-    assert t.verify("7+5*3", p) == 1.0           # another correct expression
-    assert t.verify(" 5*3+7 ", p) == 1.0          # surrounding whitespace is fine
-    assert t.verify("3*(5+7)", p) == 0.0          # = 36
-    assert t.verify("22", p) == 0.0               # does not use the numbers
-    assert t.verify("3*5+7+0", p) == 0.0          # uses a number that is not given
+    assert t.verify("7+5*3", p) == 1.0  # another correct expression
+    assert t.verify(" 5*3+7 ", p) == 1.0  # surrounding whitespace is fine
+    assert t.verify("3*(5+7)", p) == 0.0  # = 36
+    assert t.verify("22", p) == 0.0  # does not use the numbers
+    assert t.verify("3*5+7+0", p) == 0.0  # uses a number that is not given
     assert t.verify("3*5+7*1", p) == 0.0
-    assert t.verify("15+7", p) == 0.0             # right value, wrong numbers
+    assert t.verify("15+7", p) == 0.0  # right value, wrong numbers
     assert t.verify("3*5+", p) == 0.0 and t.verify("", p) == 0.0 and t.verify("__import__('os')", p) == 0.0
     assert safe_eval("2*(3-5)") == -4 and safe_eval("2**3") is None and safe_eval("8/2") is None
 

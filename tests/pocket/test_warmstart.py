@@ -9,9 +9,11 @@ from harness.config import load_config
 
 
 def test_warm_start_is_cached_and_learns(tiny, tmp_path):
-    tiny["model"] = {"name": "pocket-0.3m", "cache_dir": str(tmp_path),
-                     "warm_start": {"max_steps": 40, "min_steps": 20, "check_every": 20, "batch_size": 32,
-                                    "target_acc": 1.0}}
+    tiny["model"] = {
+        "name": "pocket-0.3m",
+        "cache_dir": str(tmp_path),
+        "warm_start": {"max_steps": 40, "min_steps": 20, "check_every": 20, "batch_size": 32, "target_acc": 1.0},
+    }
     tiny["task"] = {"name": "arith", "options": {"digits": 1, "ops": "+"}}
     cfg = load_config(tiny)
     tok = TokenizerAdapter(build_char_tokenizer())
@@ -24,6 +26,7 @@ def test_warm_start_is_cached_and_learns(tiny, tmp_path):
     assert info2["cached"] is True and all(torch.equal(state[k], again[k]) for k in state)
     # supervised training moved the weights away from the seed's initialisation
     from harness.backends.pocket.models import build_pocket_model
+
     init = build_pocket_model("pocket-0.3m", len(tok), 0).state_dict()
     assert any(not torch.equal(init[k], state[k]) for k in state)
     # the key separates seeds and settings

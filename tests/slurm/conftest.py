@@ -31,8 +31,10 @@ def slurm_cluster():
         yield os.environ["SLURM_CONF"]
         return
     if os.geteuid() != 0 or not shutil.which("slurmctld", path=os.environ.get("PATH", "") + ":/usr/sbin:/sbin"):
-        pytest.fail("no SLURM cluster: run the suite through scripts/ci_slurm.sh (installs slurm-wlm, munge, "
-                    "slurmdbd, mariadb-server as root, starts the cluster, runs `pytest -m slurm`, stops it)")
+        pytest.fail(
+            "no SLURM cluster: run the suite through scripts/ci_slurm.sh (installs slurm-wlm, munge, "
+            "slurmdbd, mariadb-server as root, starts the cluster, runs `pytest -m slurm`, stops it)"
+        )
     d = tempfile.mkdtemp(prefix="harness-slurm-")
     saved = {k: os.environ.get(k) for k in ("SLURM_CONF", "PATH")}
     try:

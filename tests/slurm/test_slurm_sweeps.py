@@ -28,8 +28,13 @@ MIXED = {
     "base": {"behaviour": "ok"},
     "grid": {"behaviour": ["ok:a", "ok:b", "raise", "forever", "steps:20", "ok:gpu", "forever:timeout", "hang"]},
     "resources": {
-        "default": {"partition": "debug", "timeout_min": 10, "cpus_per_task": 1,
-                    "setup": ["export HARNESS_SWEEP_SETUP=yes"], "additional_parameters": {"comment": "harness-ci"}},
+        "default": {
+            "partition": "debug",
+            "timeout_min": 10,
+            "cpus_per_task": 1,
+            "setup": ["export HARNESS_SWEEP_SETUP=yes"],
+            "additional_parameters": {"comment": "harness-ci"},
+        },
         "groups": [
             {"match": {"behaviour": "ok:gpu"}, "gpus_per_node": 1},
             # submitit's USR2 arrives (signal_delay_s > limit: at once); no requeue left -> failed, "timed-out"
@@ -113,18 +118,26 @@ def test_requeue_resumes_from_the_checkpoint(mixed):
 
 def test_a_requeued_pocket_run_resumes_from_its_checkpoint(slurm_cluster, tmp_path):
     """A real pocket cell gets submitit's time-out signal mid-run: requeued, resumed from checkpoints/latest.pt."""
-    spec = load_spec({
-        "name": "pocket-requeue",
-        "base": {**testing.tiny_pocket_base(steps=300, checkpoint_every=2), "method": {"name": "kl_cov", "k_ratio": 0.2}},
-        "seeds": [0],
-        "resources": {"default": {"partition": "debug", "timeout_min": 10}},
-    })
+    spec = load_spec(
+        {
+            "name": "pocket-requeue",
+            "base": {
+                **testing.tiny_pocket_base(steps=300, checkpoint_every=2),
+                "method": {"name": "kl_cov", "k_ratio": 0.2},
+            },
+            "seeds": [0],
+            "resources": {"default": {"partition": "debug", "timeout_min": 10}},
+        }
+    )
     (cell,) = expand(spec)
     d = C.materialise(cell, tmp_path, spec.name)
     report = submit_cells([cell], tmp_path, "slurm", sweep=spec.name, progress=False)
     metrics = d / "metrics.jsonl"
-    wait_until(lambda: (d / "checkpoints").is_dir() and metrics.exists() and len(metrics.read_text().splitlines()) >= 6,
-               120, "6 pocket steps")
+    wait_until(
+        lambda: (d / "checkpoints").is_dir() and metrics.exists() and len(metrics.read_text().splitlines()) >= 6,
+        120,
+        "6 pocket steps",
+    )
     job = C.last_job(d)
     submitit.SlurmJob(folder=job["folder"], job_id=job["job_id"])._interrupt(timeout=True)
     st = wait_until(lambda: (s := state(d)).state in ("done", "failed") and s, 240, "the requeued pocket cell")
@@ -144,8 +157,10 @@ def test_pocket_sweep_on_slurm_refused_group_and_second_submission(slurm_cluster
         "base": testing.tiny_pocket_base(steps=3),
         "grid": {"method": [{"name": "grpo"}, {"name": "kl_cov", "k_ratio": 0.2}, {"name": "clip_cov"}]},
         "seeds": [0],
-        "resources": {"default": {"partition": "debug", "timeout_min": 10},
-                      "groups": [{"match": {"method.name": "clip_cov"}, "partition": "no-such-partition"}]},
+        "resources": {
+            "default": {"partition": "debug", "timeout_min": 10},
+            "groups": [{"match": {"method.name": "clip_cov"}, "partition": "no-such-partition"}],
+        },
     }
     p = tmp_path / "pocket.yaml"
     p.write_text(yaml.safe_dump(spec))
@@ -164,8 +179,13 @@ def test_pocket_sweep_on_slurm_refused_group_and_second_submission(slurm_cluster
         assert res["status"] == "completed" and res["run_id"] == rows[a].id and res["steps"] == 3
 
     def sacct():  # result.json is written before the job process exits: SLURM says COMPLETED a moment later
-        return subprocess.run(["sacct", "-X", "-n", "-P", "-o", "JobID,State", "-j", jobs[0].split("_")[0]],
-                              capture_output=True, text=True, check=True).stdout
+        return subprocess.run(
+            ["sacct", "-X", "-n", "-P", "-o", "JobID,State", "-j", jobs[0].split("_")[0]],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
+
     wait_until(lambda: sacct().count("COMPLETED") == 2, 30, f"sacct to say COMPLETED twice: {sacct()}")
 
     rc = main(["sweep", str(p), "--executor", "slurm", "--runs-dir", str(runs), "--no-progress"])

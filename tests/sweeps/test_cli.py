@@ -55,8 +55,10 @@ def test_dry_run_of_the_paper_spec_writes_nothing(tmp_path, capsys):
 
 
 def test_status_shows_failures_with_their_tail_and_how_to_resubmit(tmp_path, capsys):
-    cells = expand(load_spec({"name": "t", "base": {"behaviour": "ok"}, "grid": {"behaviour": ["ok", "raise"]}}),
-                   validate=testing.validate)
+    cells = expand(
+        load_spec({"name": "t", "base": {"behaviour": "ok"}, "grid": {"behaviour": ["ok", "raise"]}}),
+        validate=testing.validate,
+    )
     for c in cells:
         C.materialise(c, tmp_path, "t", command="true")
     submit_cells(cells, tmp_path, "debug", target="harness.sweeps.testing:behave", progress=False)

@@ -14,8 +14,15 @@ TARGET = "harness.sweeps.testing:behave"
 
 
 def make(tmp_path, behaviours, seeds=(0,), resources=None):
-    spec = load_spec({"name": "t", "base": {"behaviour": "ok"}, "grid": {"behaviour": list(behaviours)},
-                      "seeds": list(seeds), "resources": resources or {}})
+    spec = load_spec(
+        {
+            "name": "t",
+            "base": {"behaviour": "ok"},
+            "grid": {"behaviour": list(behaviours)},
+            "seeds": list(seeds),
+            "resources": resources or {},
+        }
+    )
     cells = expand(spec, validate=testing.validate)
     for c in cells:
         C.materialise(c, tmp_path, "t", command="true")

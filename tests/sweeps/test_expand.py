@@ -23,7 +23,8 @@ def test_cartesian_product_with_zip_exclude_and_seeds():
         grid={"method": [{"name": "grpo"}, {"name": "clip_higher"}, {"name": "kl_cov", "k_ratio": 0.002}]},
         zip=[{"model.name": ["pocket-0.3m", "pocket-1m"], "train.lr": [1e-3, 5e-4]}],
         exclude=[{"model.name": "pocket-1m", "method": {"name": "clip_higher"}}],
-        seeds=[0, 1])
+        seeds=[0, 1],
+    )
     assert len(cells) == (3 * 2 - 1) * 2
     combos = {(c.config["model"]["name"], c.config["method"]["name"], c.config["seed"]) for c in cells}
     assert ("pocket-1m", "clip_higher", 0) not in combos and ("pocket-0.3m", "clip_higher", 1) in combos
@@ -58,9 +59,11 @@ def test_resources_do_not_change_the_identity():
 
 
 def test_aliases_are_readable_model_first_and_unique():
-    cells = cells_of(grid={"method": [{"name": "kl_cov", "k_ratio": 0.002}, {"name": "kl_cov", "k_ratio": 0.02},
-                                      {"name": "grpo"}]},
-                     zip=[{"model.name": ["pocket-0.3m", "pocket-1m"]}], seeds=[0])
+    cells = cells_of(
+        grid={"method": [{"name": "kl_cov", "k_ratio": 0.002}, {"name": "kl_cov", "k_ratio": 0.02}, {"name": "grpo"}]},
+        zip=[{"model.name": ["pocket-0.3m", "pocket-1m"]}],
+        seeds=[0],
+    )
     aliases = [c.alias for c in cells]
     assert len(set(aliases)) == len(aliases)
     assert "pocket-0.3m__grpo__s0" in aliases
@@ -74,10 +77,15 @@ def test_single_value_axes_stay_out_of_the_alias():
 
 
 def test_resource_groups_override_the_default_and_split_arrays():
-    cells = cells_of(grid={"model.name": ["pocket-0.3m", "pocket-1m"], "method": [{"name": "grpo"}, {"name": "rloo"}]},
-                     resources={"default": {"timeout_min": 10, "cpus_per_task": 2},
-                                "groups": [{"match": {"model.name": "pocket-1m"}, "timeout_min": 30,
-                                            "additional_parameters": {"mail-type": "END"}}]})
+    cells = cells_of(
+        grid={"model.name": ["pocket-0.3m", "pocket-1m"], "method": [{"name": "grpo"}, {"name": "rloo"}]},
+        resources={
+            "default": {"timeout_min": 10, "cpus_per_task": 2},
+            "groups": [
+                {"match": {"model.name": "pocket-1m"}, "timeout_min": 30, "additional_parameters": {"mail-type": "END"}}
+            ],
+        },
+    )
     by_model = {c.config["model"]["name"]: c.resources for c in cells}
     assert by_model["pocket-0.3m"]["timeout_min"] == 10 and by_model["pocket-1m"]["timeout_min"] == 30
     assert by_model["pocket-1m"]["cpus_per_task"] == 2
@@ -99,14 +107,21 @@ def test_paper_specs_validate(name):
     assert cells and all(c.config["backend"] == "openrlhf" for c in cells)
     if name == "paper_qwen25":
         assert len(cells) == 2 * 4 * 3
-        k = {(c.config["model"]["name"], c.config["method"]["k_ratio"]) for c in cells
-             if c.config["method"]["name"] == "kl_cov"}
+        k = {
+            (c.config["model"]["name"], c.config["method"]["k_ratio"])
+            for c in cells
+            if c.config["method"]["name"] == "kl_cov"
+        }
         assert k == {("Qwen/Qwen2.5-7B", 0.002), ("Qwen/Qwen2.5-32B", 0.0002)}
         lr = {(c.config["model"]["name"], c.config["train"]["lr"]) for c in cells}
         assert lr == {("Qwen/Qwen2.5-7B", 5e-7), ("Qwen/Qwen2.5-32B", 1e-6)}
         t = cells[0].config["train"]
-        assert (t["prompts_per_step"], t["samples_per_prompt"], t["prompts_per_step"] // t["updates_per_rollout"],
-                t["max_new_tokens"]) == (256, 8, 32, 8192)
+        assert (
+            t["prompts_per_step"],
+            t["samples_per_prompt"],
+            t["prompts_per_step"] // t["updates_per_rollout"],
+            t["max_new_tokens"],
+        ) == (256, 8, 32, 8192)
         assert {c.resources["nodes"] for c in cells} == {4}
     if name == "entropy_bonus_alpha":
         assert sorted({c.config["method"]["coef"] for c in cells}) == [1e-4, 1e-3, 5e-3, 1e-2]

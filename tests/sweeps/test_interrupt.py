@@ -23,9 +23,15 @@ def test_ctrl_c_of_a_local_sweep_is_quiet_and_leaves_a_resumable_cell(tmp_path):
     env = {**os.environ, "PYTHONPATH": str(REPO), "HARNESS_CACHE": os.environ.get("HARNESS_CACHE", str(tmp_path))}
     runs = tmp_path / "runs"
     # a new session stands for the terminal: SIGINT to its process group is what Ctrl-C sends
-    p = subprocess.Popen([sys.executable, "-m", "harness", "sweep", "s.yaml", "--runs-dir", str(runs), "--executor",
-                          "local"], cwd=tmp_path, env=env, start_new_session=True, stdout=subprocess.PIPE,
-                         stderr=subprocess.PIPE, text=True)
+    p = subprocess.Popen(
+        [sys.executable, "-m", "harness", "sweep", "s.yaml", "--runs-dir", str(runs), "--executor", "local"],
+        cwd=tmp_path,
+        env=env,
+        start_new_session=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         t0 = time.time()
         while not any(runs.glob("*/metrics.jsonl")) or not next(runs.glob("*/metrics.jsonl")).stat().st_size:

@@ -17,8 +17,12 @@ class Recorder:
 def test_worker_task_skips_the_runner(tmp_path, monkeypatch):
     BACKENDS.register("test_recorder", Recorder())
     try:
-        cfg = {"backend": "test_recorder", "method": {"name": "grpo"}, "model": {"name": "Qwen/Qwen2.5-7B"},
-               "task": {"name": "data.jsonl"}}
+        cfg = {
+            "backend": "test_recorder",
+            "method": {"name": "grpo"},
+            "model": {"name": "Qwen/Qwen2.5-7B"},
+            "task": {"name": "data.jsonl"},
+        }
         (tmp_path / "config.yaml").write_text(yaml.safe_dump(cfg))
         monkeypatch.setenv("SLURM_NNODES", "2")
         monkeypatch.setenv("SLURM_PROCID", "1")

@@ -1,14 +1,12 @@
 """Bad sweep specs fail with one clear error naming the key path, before anything is written or submitted."""
 
-
 import pytest
 import yaml
 
 from harness.cli import main
 from harness.sweeps import SpecError, expand, load_spec
 
-BASE = {"backend": "pocket", "method": {"name": "grpo"}, "model": {"name": "pocket-0.3m"},
-        "train": {"steps": 2}}
+BASE = {"backend": "pocket", "method": {"name": "grpo"}, "model": {"name": "pocket-0.3m"}, "train": {"steps": 2}}
 
 
 def spec(**kw):
@@ -85,8 +83,12 @@ def test_duplicate_cells_are_refused():
 
 def test_openrlhf_layout_must_match_resources():
     # a layout OpenRLHF accepts (mini-batch 32 = 1 x 32 GPUs): load_config runs the backend's checks first
-    base = dict(BASE, backend="openrlhf", openrlhf={"nodes": 4, "gpus_per_node": 8},
-                train={"steps": 2, "prompts_per_step": 32, "micro_batch_size": 1})
+    base = dict(
+        BASE,
+        backend="openrlhf",
+        openrlhf={"nodes": 4, "gpus_per_node": 8},
+        train={"steps": 2, "prompts_per_step": 32, "micro_batch_size": 1},
+    )
     msg = error_of(spec(base=base, resources={"default": {"nodes": 2, "gpus_per_node": 8}}))
     assert "openrlhf.nodes is 4" in msg and "nodes=2" in msg
 

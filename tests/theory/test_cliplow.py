@@ -25,7 +25,9 @@ def test_first_order_entropy_change_matches_the_exact_change_to_second_order():
         lp = torch.log_softmax(x, -1)
         return -(lp.exp() * lp).sum(-1).mean(-1)
 
-    errors = [(h(z + e * dz) - h(z) - first_order_dh(torch.log_softmax(z, -1), e * dz)).abs().max() for e in (1e-3, 1e-4)]
+    errors = [
+        (h(z + e * dz) - h(z) - first_order_dh(torch.log_softmax(z, -1), e * dz)).abs().max() for e in (1e-3, 1e-4)
+    ]
     assert 80 < float(errors[0] / errors[1]) < 120  # O(eps^2)
 
 

@@ -13,7 +13,7 @@ def test_population_is_an_exact_distribution():
     pop = Population(12, 3000, seed=0)
     p = probs(pop.z)
     assert torch.allclose(p, t(pop.counts / pop.n), atol=1e-15)
-    assert abs(float((p * pop.adv).sum())) < 1e-14 and abs(float((p * pop.adv ** 2).sum()) - 1) < 1e-12
+    assert abs(float((p * pop.adv).sum())) < 1e-14 and abs(float((p * pop.adv**2).sum()) - 1) < 1e-12
     # the batch mean of C equals the population covariance Cov_pi(log pi, A)
     lp = logp(pop.z)
     cov = float((p * (lp - (p * lp).sum()) * pop.adv).sum())
@@ -72,7 +72,10 @@ def test_harness_matches_independent_restatement():
     old = lp + 0.2 * torch.randn(2, 400, generator=g, dtype=torch.float64)
     adv = torch.randn(2, 400, generator=g, dtype=torch.float64)
     mask = (torch.rand(2, 400, generator=g) > 0.1).float()
-    for name, kw in (("clip_cov", dict(clip_ratio=0.01, lb=0.5, ub=5.0, eps=1.0)), ("kl_cov", dict(k_ratio=0.01, beta=1.0))):
+    for name, kw in (
+        ("clip_cov", dict(clip_ratio=0.01, lb=0.5, ub=5.0, eps=1.0)),
+        ("kl_cov", dict(k_ratio=0.01, beta=1.0)),
+    ):
         h, f = M.get(name, **kw), M.FALLBACK[name](**kw)
         assert M.source(h) == "harness" and M.source(f) == "fallback"
         lh, gh, sh = M.token_grads(h, lp, old, adv, mask, generator=torch.Generator().manual_seed(0))

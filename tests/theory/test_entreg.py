@@ -5,7 +5,7 @@ import math
 import torch
 
 from harness.theory.entreg import ascend_reg, extra_terms
-from harness.theory.softmax import (cov_pi, entropy, entropy_grad, gibbs, logp, mean_pi, probs, t)
+from harness.theory.softmax import cov_pi, entropy, entropy_grad, gibbs, logp, mean_pi, probs, t
 
 Z2 = t([0.0, math.log(3.0)])  # pi = (1/4, 3/4), log pi_1 - log pi_2 = -log 3
 
@@ -13,7 +13,7 @@ Z2 = t([0.0, math.log(3.0)])  # pi = (1/4, 3/4), log pi_1 - log pi_2 = -log 3
 def test_extra_term_two_actions_by_hand():
     d2 = math.log(3) ** 2
     terms = extra_terms(Z2)
-    assert abs(float(terms["paper_Var(log pi)"]) - 3 / 16 * d2) < 1e-14          # p1 p2 d^2
+    assert abs(float(terms["paper_Var(log pi)"]) - 3 / 16 * d2) < 1e-14  # p1 p2 d^2
     assert abs(float(terms["exact_E_pi[pi (log pi - mu)^2]"]) - 9 / 128 * d2) < 1e-14  # sum p^2 (x - mu)^2
 
 

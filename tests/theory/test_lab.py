@@ -8,8 +8,24 @@ import pytest
 from harness.theory.claim import VERDICTS, claim
 from harness.theory.report import CLAIMS
 
-IDS = ["lemma_iv1", "lemma_iv2", "prop_iv1", "thm_iv1", "thm_v1", "thm_v2", "cor_v1", "prop_vi1", "thm_vi1",
-       "thm_vi2", "thm_vii1", "thm_vii2", "thm_vii3", "thm_vii4", "prop_vii1", "park_cliplow"]
+IDS = [
+    "lemma_iv1",
+    "lemma_iv2",
+    "prop_iv1",
+    "thm_iv1",
+    "thm_v1",
+    "thm_v2",
+    "cor_v1",
+    "prop_vi1",
+    "thm_vi1",
+    "thm_vi2",
+    "thm_vii1",
+    "thm_vii2",
+    "thm_vii3",
+    "thm_vii4",
+    "prop_vii1",
+    "park_cliplow",
+]
 
 
 def test_claim_record_requires_conditions_or_supported_statement():
@@ -35,8 +51,15 @@ def test_harness_theory_cli_writes_full_report(tmp_path):
         assert c["verdict"] in VERDICTS and c["evidence"] and c["statement"] and c["summary"]
         assert "unavailable" not in c["summary"]
     assert report["method_source"] == "harness"
-    for name in ("report.md", "first_order.png", "entropy_reg_term.png", "alpha_sensitivity.png", "unbiasedness.png",
-                 "stability_margin.png", "cliplow.png"):
+    for name in (
+        "report.md",
+        "first_order.png",
+        "entropy_reg_term.png",
+        "alpha_sensitivity.png",
+        "unbiasedness.png",
+        "stability_margin.png",
+        "cliplow.png",
+    ):
         assert (tmp_path / name).stat().st_size > 0
 
 

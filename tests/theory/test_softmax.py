@@ -5,8 +5,19 @@ import math
 import numpy as np
 import torch
 
-from harness.theory.softmax import (Tree, advantage, cov_pi, entropy, entropy_grad, first_order_dH, fit_order, gibbs,
-                                    largest_remainder_counts, probs, t)
+from harness.theory.softmax import (
+    Tree,
+    advantage,
+    cov_pi,
+    entropy,
+    entropy_grad,
+    first_order_dH,
+    fit_order,
+    gibbs,
+    largest_remainder_counts,
+    probs,
+    t,
+)
 
 # two actions with pi = (1/4, 3/4): z = (0, log 3)
 Z2 = t([0.0, math.log(3.0)])
@@ -45,8 +56,8 @@ def test_policy_gradient_two_actions_by_hand():
 
 def test_fit_order_recovers_power():
     eta = np.logspace(-1, -4, 6)
-    assert abs(fit_order(eta, 3 * eta ** 2) - 2) < 1e-12
-    assert abs(fit_order(eta, 0.5 * eta ** 1.5) - 1.5) < 1e-12
+    assert abs(fit_order(eta, 3 * eta**2) - 2) < 1e-12
+    assert abs(fit_order(eta, 0.5 * eta**1.5) - 1.5) < 1e-12
 
 
 def test_largest_remainder_counts():
@@ -79,5 +90,5 @@ def test_first_order_error_is_the_hand_second_derivative():
 
     eps = np.array([1e-3, 1e-4])
     _, err = first_order_errors(Z2, t([0.0, 1.0]), etas=eps)
-    expected = abs(-3 / 16 + 3 / 32 * math.log(3)) * eps ** 2 / 2
+    expected = abs(-3 / 16 + 3 / 32 * math.log(3)) * eps**2 / 2
     assert np.allclose(err, expected, rtol=1e-2)

@@ -36,8 +36,13 @@ def _number(v):
     return float(v) if math.isfinite(v) else None
 
 
-def to_harness_metrics(status: dict, step: int, prev_entropy: float | None = None,
-                       wall_s: float | None = None, method_name: str | None = None) -> dict:
+def to_harness_metrics(
+    status: dict,
+    step: int,
+    prev_entropy: float | None = None,
+    wall_s: float | None = None,
+    method_name: str | None = None,
+) -> dict:
     """One ``metrics.jsonl`` row from an OpenRLHF step status dict; the method's own ``<method_name>/...``
     metrics keep their names."""
     row = {"step": int(step)}
@@ -75,20 +80,28 @@ def eval_payload(eval_logs: dict, step: int, spec: dict) -> dict:
     for key, value in eval_logs.items():
         if not (key.startswith("eval_") and key.endswith("_pass1")):
             continue
-        ds = key[len("eval_"):-len("_pass1")]
+        ds = key[len("eval_") : -len("_pass1")]
         metrics = {f"avg@{n}": _number(value)}
         if n > 1 and _number(eval_logs.get(f"eval_{ds}_pass{n}")) is not None:
             metrics[f"pass@{n}"] = _number(eval_logs[f"eval_{ds}_pass{n}"])
-        suites[ds] = SuiteResult(suite=ds, n_problems=(spec.get("counts") or {}).get(ds), n_samples=n,
-                                 temperature=spec["temperature"], top_p=spec["top_p"], max_tokens=spec["max_tokens"],
-                                 metrics=metrics, primary=f"avg@{n}").to_dict()
+        suites[ds] = SuiteResult(
+            suite=ds,
+            n_problems=(spec.get("counts") or {}).get(ds),
+            n_samples=n,
+            temperature=spec["temperature"],
+            top_p=spec["top_p"],
+            max_tokens=spec["max_tokens"],
+            metrics=metrics,
+            primary=f"avg@{n}",
+        ).to_dict()
     return {"step": int(step), "suites": suites}
 
 
 def eval_metrics_row(payload: dict) -> dict:
     """``eval/<suite>/<metric>`` keys for the step's metrics.jsonl row."""
-    return {f"eval/{s}/{k}": v for s, res in payload["suites"].items() for k, v in res["metrics"].items()
-            if v is not None}
+    return {
+        f"eval/{s}/{k}": v for s, res in payload["suites"].items() for k, v in res["metrics"].items() if v is not None
+    }
 
 
 def write_eval(run_dir, payload: dict) -> Path:
@@ -124,11 +137,19 @@ def run_record(config: dict, run_dir, method_config: dict) -> RunResult:
         if vals:
             timing[ours] = sum(vals)
     return RunResult(
-        method=method_config.get("name"), advantage=method_config.get("advantage"), method_config=method_config,
-        model=(config.get("model") or {}).get("name"), model_params=None,
-        task=task_label((config.get("task") or {}).get("name")), seed=config.get("seed"),
-        steps=max((r["step"] for r in rows), default=0), summary=summarize_metrics(rows), eval=last_eval(run_dir),
-        timing=timing, extra={"checkpoint": os.path.join(os.fspath(run_dir), "checkpoints", "final")})
+        method=method_config.get("name"),
+        advantage=method_config.get("advantage"),
+        method_config=method_config,
+        model=(config.get("model") or {}).get("name"),
+        model_params=None,
+        task=task_label((config.get("task") or {}).get("name")),
+        seed=config.get("seed"),
+        steps=max((r["step"] for r in rows), default=0),
+        summary=summarize_metrics(rows),
+        eval=last_eval(run_dir),
+        timing=timing,
+        extra={"checkpoint": os.path.join(os.fspath(run_dir), "checkpoints", "final")},
+    )
 
 
 def build_result(config: dict, run_dir, status: str, wall_time_s: float, run_id: str, method_config: dict) -> dict:

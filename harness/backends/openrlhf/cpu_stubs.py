@@ -16,6 +16,7 @@ import types
 def _unavailable(name: str):
     def fail(*_a, **_k):
         raise RuntimeError(f"{name} is a CPU test stub (harness.backends.openrlhf.cpu_stubs); it cannot run here")
+
     return fail
 
 
@@ -41,11 +42,17 @@ def install() -> list[str]:
     specs = {
         "flash_attn": {},
         "flash_attn.utils": {},  # no __path__: flash_attn.ops.* raises ImportError -> OpenRLHF's torch fallback
-        "flash_attn.bert_padding": {k: _unavailable(f"flash_attn.bert_padding.{k}") for k in
-                                    ("index_first_axis", "pad_input", "rearrange", "unpad_input")},
+        "flash_attn.bert_padding": {
+            k: _unavailable(f"flash_attn.bert_padding.{k}")
+            for k in ("index_first_axis", "pad_input", "rearrange", "unpad_input")
+        },
         "flash_attn.utils.distributed": {"all_gather": _unavailable("flash_attn.utils.distributed.all_gather")},
-        "vllm": {"__version__": "0.0.0-harness-stub", "SamplingParams": _SamplingParams,
-                 "AsyncEngineArgs": _unavailable("vllm.AsyncEngineArgs"), "LLM": _unavailable("vllm.LLM")},
+        "vllm": {
+            "__version__": "0.0.0-harness-stub",
+            "SamplingParams": _SamplingParams,
+            "AsyncEngineArgs": _unavailable("vllm.AsyncEngineArgs"),
+            "LLM": _unavailable("vllm.LLM"),
+        },
         "vllm.inputs": {"TokensPrompt": dict},
         "vllm.utils": {"random_uuid": lambda: "harness-stub"},
     }

@@ -64,9 +64,9 @@ def build_method(method_section: Mapping):
 # ------------------------------------------------------------------------------------------------- plan
 @dataclass
 class LaunchPlan:
-    argv: list[str]          # OpenRLHF flags (what train_ppo_ray parses)
-    env: dict[str, str]      # environment of the launcher (and, through Ray's runtime_env, every worker)
-    plugin: dict             # the plugin config (also JSON in env[PLUGIN_ENV])
+    argv: list[str]  # OpenRLHF flags (what train_ppo_ray parses)
+    env: dict[str, str]  # environment of the launcher (and, through Ray's runtime_env, every worker)
+    plugin: dict  # the plugin config (also JSON in env[PLUGIN_ENV])
     python: str
 
 
@@ -89,37 +89,53 @@ def method_flags(method, opts: OpenRLHFOptions) -> list[str]:
         raise OpenRLHFConfigError(
             f"method {method.name} with advantage: {method.advantage} is not supported on the OpenRLHF backend: the "
             f"estimator's auxiliary model ({aux.name}, e.g. PRIME's implicit PRM) is a second trainable model that "
-            f"OpenRLHF 0.11.2 has no role for (see docs/openrlhf.md, 'PRIME'). Run it with backend: pocket.")
+            f"OpenRLHF 0.11.2 has no role for (see docs/openrlhf.md, 'PRIME'). Run it with backend: pocket."
+        )
     rollout_extras = [e for e in method.estimator_extras() if e not in ORL_EXTRAS]
     if rollout_extras:
         raise OpenRLHFConfigError(
             f"method.advantage: {method.advantage!r} needs the rollout's {', '.join(rollout_extras)} per token, which "
-            f"the OpenRLHF backend does not pass to the advantage estimator yet. Run it with backend: pocket.")
+            f"the OpenRLHF backend does not pass to the advantage estimator yet. Run it with backend: pocket."
+        )
     if method.has_step_state:
         raise OpenRLHFConfigError(
             f"method {method.name} carries state across steps (on_step_end), which the OpenRLHF backend does not "
-            f"feed back to its policy workers yet. Run it with backend: pocket.")
+            f"feed back to its policy workers yet. Run it with backend: pocket."
+        )
     if method.advantage not in ESTIMATORS:
-        raise OpenRLHFConfigError(f"method.advantage: {method.advantage!r} is not supported on the OpenRLHF backend. "
-                                  f"Allowed: {', '.join(ESTIMATORS)}")
+        raise OpenRLHFConfigError(
+            f"method.advantage: {method.advantage!r} is not supported on the OpenRLHF backend. "
+            f"Allowed: {', '.join(ESTIMATORS)}"
+        )
     from harness.ops import GLOBAL_NORMALISED_MODES as AGG_MODES  # what OpenRLHF's aggregate_loss implements
 
     if method.agg not in AGG_MODES:
-        raise OpenRLHFConfigError(f"method.agg: {method.agg!r} is not supported on the OpenRLHF backend (its "
-                                  f"aggregate_loss has no such mode). Allowed: {', '.join(AGG_MODES)}")
+        raise OpenRLHFConfigError(
+            f"method.agg: {method.agg!r} is not supported on the OpenRLHF backend (its "
+            f"aggregate_loss has no such mode). Allowed: {', '.join(AGG_MODES)}"
+        )
     estimator = ESTIMATORS[method.advantage]
     if method.advantage == "grpo" and not method.std_normalize:
         estimator = "dr_grpo"
-    flags = ["--algo.advantage.estimator", estimator,
-             "--actor.policy_loss_type", "ppo",
-             "--actor.eps_clip_low_high", _num(float(method.eps_low)), _num(float(method.eps_high)),
-             "--actor.loss_agg_mode", method.agg]
+    flags = [
+        "--algo.advantage.estimator",
+        estimator,
+        "--actor.policy_loss_type",
+        "ppo",
+        "--actor.eps_clip_low_high",
+        _num(float(method.eps_low)),
+        _num(float(method.eps_high)),
+        "--actor.loss_agg_mode",
+        method.agg,
+    ]
     coef = getattr(method, "coef", None) if method.needs_entropy else None
     if coef is not None:
         flags += ["--actor.entropy_coef", _num(float(coef))]
     elif method.needs_entropy:
-        raise OpenRLHFConfigError(f"method {method.name} needs the entropy but has no 'coef'; the OpenRLHF backend "
-                                  f"only knows the entropy bonus form (loss -= coef * entropy)")
+        raise OpenRLHFConfigError(
+            f"method {method.name} needs the entropy but has no 'coef'; the OpenRLHF backend "
+            f"only knows the entropy bonus form (loss -= coef * entropy)"
+        )
     elif opts.log_entropy:
         flags += ["--actor.entropy_coef", "0"]
     return flags
@@ -149,37 +165,53 @@ def build_plan(config, run_dir: str | os.PathLike) -> LaunchPlan:
         raise OpenRLHFConfigError(f"train.samples_per_prompt: {n}; group advantages on OpenRLHF need at least 2")
     rollout = prompts * n
     if rollout % updates:
-        raise OpenRLHFConfigError(f"train.updates_per_rollout: {updates} does not divide prompts_per_step * "
-                                  f"samples_per_prompt = {rollout}; OpenRLHF needs equal mini-batches")
+        raise OpenRLHFConfigError(
+            f"train.updates_per_rollout: {updates} does not divide prompts_per_step * "
+            f"samples_per_prompt = {rollout}; OpenRLHF needs equal mini-batches"
+        )
     train_batch = rollout // updates
     if train_batch % (micro * world):
         raise OpenRLHFConfigError(
             f"train.micro_batch_size: mini-batch of {train_batch} sequences is not a multiple of micro_batch_size "
             f"({micro}) x actor GPUs ({world} = openrlhf.nodes x openrlhf.gpus_per_node); DeepSpeed needs "
-            f"mini-batch = micro x grad-accumulation x GPUs")
+            f"mini-batch = micro x grad-accumulation x GPUs"
+        )
     engines = opts.vllm_engines if opts.vllm_engines is not None else max(world // opts.vllm_tp, 1)
     if opts.colocate and engines * opts.vllm_tp != world:
-        raise OpenRLHFConfigError(f"openrlhf.vllm_engines: colocated runs need vllm_engines x vllm_tp == actor GPUs "
-                                  f"({engines} x {opts.vllm_tp} != {world}); set colocate: false or fix the counts")
+        raise OpenRLHFConfigError(
+            f"openrlhf.vllm_engines: colocated runs need vllm_engines x vllm_tp == actor GPUs "
+            f"({engines} x {opts.vllm_tp} != {world}); set colocate: false or fix the counts"
+        )
     extra_keys = {str(k) for k in opts.extra_flags}
     if method.needs_global_plan:
         bad = extra_keys & {"--train.dynamic_batch_enable", "--ds.ring_attn_size", "--ds.tensor_parallel_size"}
         if bad:
-            raise OpenRLHFConfigError(f"method.scope: global selection plans over fixed micro-batch windows; it "
-                                      f"cannot be combined with {', '.join(sorted(bad))} (use scope: micro_batch)")
-    unsupported = extra_keys & {"--train.async_enable", "--train.agent_func_path", "--reward.model_name_or_path",
-                                "--algo.advantage.estimator", "--critic.model_name_or_path"}
+            raise OpenRLHFConfigError(
+                f"method.scope: global selection plans over fixed micro-batch windows; it "
+                f"cannot be combined with {', '.join(sorted(bad))} (use scope: micro_batch)"
+            )
+    unsupported = extra_keys & {
+        "--train.async_enable",
+        "--train.agent_func_path",
+        "--reward.model_name_or_path",
+        "--algo.advantage.estimator",
+        "--critic.model_name_or_path",
+    }
     if unsupported:
-        raise OpenRLHFConfigError(f"openrlhf.extra_flags: {', '.join(sorted(unsupported))} is not supported by the "
-                                  f"harness backend (it replaces the advantages, rewards and step loop); allowed: "
-                                  f"any other OpenRLHF flag")
+        raise OpenRLHFConfigError(
+            f"openrlhf.extra_flags: {', '.join(sorted(unsupported))} is not supported by the "
+            f"harness backend (it replaces the advantages, rewards and step loop); allowed: "
+            f"any other OpenRLHF flag"
+        )
     ignored = {"--actor.dual_clip"} & extra_keys
     if str(opts.extra_flags.get("--algo.advantage.is_correction_level", "off")) != "off":
         ignored.add("--algo.advantage.is_correction_level")
     if ignored:
-        raise OpenRLHFConfigError(f"openrlhf.extra_flags: {', '.join(sorted(ignored))} changes OpenRLHF's built-in "
-                                  f"PolicyLoss, which the harness method replaces (the method's loss would silently "
-                                  f"ignore it); express it as a method instead")
+        raise OpenRLHFConfigError(
+            f"openrlhf.extra_flags: {', '.join(sorted(ignored))} changes OpenRLHF's built-in "
+            f"PolicyLoss, which the harness method replaces (the method's loss would silently "
+            f"ignore it); express it as a method instead"
+        )
     if opts.reward not in REWARDS and not os.path.exists(opts.reward):
         raise OpenRLHFConfigError(f"openrlhf.reward: file not found: {opts.reward}")
     reward = REWARD_FILE if opts.reward in REWARDS else os.path.abspath(opts.reward)
@@ -190,48 +222,99 @@ def build_plan(config, run_dir: str | os.PathLike) -> LaunchPlan:
     max_gen = int(train.get("max_gen_batches", 1)) if train.get("dynamic_filtering") else 1
 
     argv = [
-        "--actor.model_name_or_path", str(model.get("name")),
-        "--data.prompt_dataset", str(task.get("name")),
-        "--data.input_key", opts.input_key, "--data.label_key", opts.label_key,
+        "--actor.model_name_or_path",
+        str(model.get("name")),
+        "--data.prompt_dataset",
+        str(task.get("name")),
+        "--data.input_key",
+        opts.input_key,
+        "--data.label_key",
+        opts.label_key,
         *(["--data.apply_chat_template"] if opts.apply_chat_template else []),
         *(["--data.input_template", opts.input_template] if opts.input_template else []),
-        "--data.max_len", str(opts.max_prompt_len + max_new),
+        "--data.max_len",
+        str(opts.max_prompt_len + max_new),
         # passes over the prompt set: enough for `steps` (the plugin stops the run there)
-        "--train.num_episodes", str(episodes_needed(str(task.get("name")), steps * prompts * max_gen, steps * max_gen)),
-        "--train.seed", str(seed),
-        "--rollout.batch_size", str(prompts),
-        "--rollout.n_samples_per_prompt", str(n),
-        "--rollout.max_new_tokens", str(max_new),
-        "--rollout.temperature", _num(float(train.get("temperature", 1.0))),
-        "--rollout.top_p", "1.0",
-        "--rollout.micro_batch_size", str(opts.rollout_micro_batch_size or micro),
-        "--train.batch_size", str(train_batch),
-        "--train.micro_batch_size", str(micro),
-        "--train.max_epochs", "1",
-        "--actor.adam.lr", _num(float(train.get("lr", 1e-6))),
-        "--actor.adam.weight_decay", _num(float(train.get("weight_decay", 0.0))),
-        "--actor.adam.betas", "0.9", "0.999",
-        "--actor.lr_scheduler", "constant", "--actor.lr_warmup_ratio", "0.0",
-        "--actor.max_norm", _num(float(train.get("grad_clip", 1.0)) or 1e9),
+        "--train.num_episodes",
+        str(episodes_needed(str(task.get("name")), steps * prompts * max_gen, steps * max_gen)),
+        "--train.seed",
+        str(seed),
+        "--rollout.batch_size",
+        str(prompts),
+        "--rollout.n_samples_per_prompt",
+        str(n),
+        "--rollout.max_new_tokens",
+        str(max_new),
+        "--rollout.temperature",
+        _num(float(train.get("temperature", 1.0))),
+        "--rollout.top_p",
+        "1.0",
+        "--rollout.micro_batch_size",
+        str(opts.rollout_micro_batch_size or micro),
+        "--train.batch_size",
+        str(train_batch),
+        "--train.micro_batch_size",
+        str(micro),
+        "--train.max_epochs",
+        "1",
+        "--actor.adam.lr",
+        _num(float(train.get("lr", 1e-6))),
+        "--actor.adam.weight_decay",
+        _num(float(train.get("weight_decay", 0.0))),
+        "--actor.adam.betas",
+        "0.9",
+        "0.999",
+        "--actor.lr_scheduler",
+        "constant",
+        "--actor.lr_warmup_ratio",
+        "0.0",
+        "--actor.max_norm",
+        _num(float(train.get("grad_clip", 1.0)) or 1e9),
         *method_flags(method, opts),
-        "--algo.kl.init_coef", _num(float(opts.kl_coef)),
+        "--algo.kl.init_coef",
+        _num(float(opts.kl_coef)),
         *(["--algo.kl.use_loss", "--algo.kl.estimator", opts.kl_estimator] if opts.kl_use_loss else []),
-        "--reward.remote_url", reward,
-        *(["--algo.dynamic_filtering_enable", "--algo.dynamic_filtering_range", "0.0", "1.0"]
-          if train.get("dynamic_filtering") else []),
-        "--actor.num_nodes", str(opts.nodes), "--actor.num_gpus_per_node", str(opts.gpus_per_node),
-        "--ref.num_nodes", str(opts.nodes), "--ref.num_gpus_per_node", str(opts.gpus_per_node),
-        "--vllm.num_engines", str(engines), "--vllm.tensor_parallel_size", str(opts.vllm_tp),
-        "--vllm.gpu_memory_utilization", _num(float(opts.vllm_gpu_memory_utilization)),
+        "--reward.remote_url",
+        reward,
+        *(
+            ["--algo.dynamic_filtering_enable", "--algo.dynamic_filtering_range", "0.0", "1.0"]
+            if train.get("dynamic_filtering")
+            else []
+        ),
+        "--actor.num_nodes",
+        str(opts.nodes),
+        "--actor.num_gpus_per_node",
+        str(opts.gpus_per_node),
+        "--ref.num_nodes",
+        str(opts.nodes),
+        "--ref.num_gpus_per_node",
+        str(opts.gpus_per_node),
+        "--vllm.num_engines",
+        str(engines),
+        "--vllm.tensor_parallel_size",
+        str(opts.vllm_tp),
+        "--vllm.gpu_memory_utilization",
+        _num(float(opts.vllm_gpu_memory_utilization)),
         *(["--train.colocate_all", "--vllm.enable_sleep", "--ds.enable_sleep"] if opts.colocate else []),
-        "--ds.zero_stage", str(opts.zero_stage), "--ds.param_dtype", param_dtype,
-        "--ds.attn_implementation", opts.attn_implementation,
+        "--ds.zero_stage",
+        str(opts.zero_stage),
+        "--ds.param_dtype",
+        param_dtype,
+        "--ds.attn_implementation",
+        opts.attn_implementation,
         *(["--actor.gradient_checkpointing_enable"] if opts.gradient_checkpointing else []),
-        "--ckpt.path", os.path.join(run_dir, "checkpoints", "openrlhf"),
-        "--ckpt.output_dir", os.path.join(run_dir, "checkpoints", "final"),
-        "--ckpt.save_steps", str(ckpt_every if ckpt_every > 0 else -1),
-        "--ckpt.max_num", "2", "--ckpt.load_enable", "--ckpt.save_hf",
-        "--logger.logging_steps", "1",
+        "--ckpt.path",
+        os.path.join(run_dir, "checkpoints", "openrlhf"),
+        "--ckpt.output_dir",
+        os.path.join(run_dir, "checkpoints", "final"),
+        "--ckpt.save_steps",
+        str(ckpt_every if ckpt_every > 0 else -1),
+        "--ckpt.max_num",
+        "2",
+        "--ckpt.load_enable",
+        "--ckpt.save_hf",
+        "--logger.logging_steps",
+        "1",
         *([] if opts.eval_dataset else ["--eval.steps", "-1"]),
     ]
     eval_spec = None
@@ -241,9 +324,14 @@ def build_plan(config, run_dir: str | os.PathLike) -> LaunchPlan:
     if logging.get("tensorboard"):
         argv += ["--logger.tensorboard_dir", os.path.join(run_dir, "tensorboard")]
     if logging.get("wandb"):
-        argv += ["--logger.wandb.key", "${WANDB_API_KEY}",
-                 "--logger.wandb.project", str(logging.get("wandb_project", "entropy-harness")),
-                 "--logger.wandb.run_name", Path(run_dir).name]
+        argv += [
+            "--logger.wandb.key",
+            "${WANDB_API_KEY}",
+            "--logger.wandb.project",
+            str(logging.get("wandb_project", "entropy-harness")),
+            "--logger.wandb.run_name",
+            Path(run_dir).name,
+        ]
     argv = _merge_extra(argv, opts.extra_flags)
 
     plugin = {
@@ -271,14 +359,30 @@ def eval_flags(dataset: str, ev: dict, max_new: int) -> tuple[list[str], dict]:
     if float(ev.get("top_p", 1.0)) != 1.0:
         raise OpenRLHFConfigError(f"eval.top_p: {ev.get('top_p')!r}; OpenRLHF evaluates with the rollout top_p 1.0")
     if ev.get("max_new_tokens") not in (None, max_new):
-        raise OpenRLHFConfigError(f"eval.max_new_tokens: {ev.get('max_new_tokens')!r}; OpenRLHF evaluates with the "
-                                  f"rollout length, train.max_new_tokens = {max_new} (leave it empty or equal)")
+        raise OpenRLHFConfigError(
+            f"eval.max_new_tokens: {ev.get('max_new_tokens')!r}; OpenRLHF evaluates with the "
+            f"rollout length, train.max_new_tokens = {max_new} (leave it empty or equal)"
+        )
     every, n = int(ev.get("every", 0)), int(ev.get("n_samples", 1))
-    argv = ["--eval.dataset", dataset, "--eval.steps", str(every if every > 0 else -1),
-            "--ckpt.best_metric_key", "none",  # no extra "best" DeepSpeed checkpoints
-            "--eval.temperature", _num(float(ev.get("temperature", 0.6))), "--eval.n_samples_per_prompt", str(n)]
-    spec = {"n_samples": n, "temperature": float(ev.get("temperature", 0.6)), "top_p": 1.0, "max_tokens": max_new,
-            "counts": datasource_counts(dataset)}
+    argv = [
+        "--eval.dataset",
+        dataset,
+        "--eval.steps",
+        str(every if every > 0 else -1),
+        "--ckpt.best_metric_key",
+        "none",  # no extra "best" DeepSpeed checkpoints
+        "--eval.temperature",
+        _num(float(ev.get("temperature", 0.6))),
+        "--eval.n_samples_per_prompt",
+        str(n),
+    ]
+    spec = {
+        "n_samples": n,
+        "temperature": float(ev.get("temperature", 0.6)),
+        "top_p": 1.0,
+        "max_tokens": max_new,
+        "counts": datasource_counts(dataset),
+    }
     return argv, spec
 
 
@@ -321,8 +425,10 @@ def _merge_extra(argv: list[str], extra: Mapping) -> list[str]:
     for flag, value in extra.items():
         flag = str(flag)
         if flag in have:
-            raise OpenRLHFConfigError(f"openrlhf.extra_flags: {flag} is set by the launcher from the run config; "
-                                      f"change the run config key instead of overriding it")
+            raise OpenRLHFConfigError(
+                f"openrlhf.extra_flags: {flag} is set by the launcher from the run config; "
+                f"change the run config key instead of overriding it"
+            )
         if value is False or value is None:
             continue
         out += [flag, *_flag_value(value)]
@@ -337,8 +443,11 @@ def launch_command(config, run_dir) -> str:
 
 def format_command(plan: LaunchPlan, run_dir) -> str:
     env = " \\\n  ".join(f"{k}={shlex.quote(v)}" for k, v in sorted(plan.env.items()))
-    lines = [f"env {env} \\", f"  {shlex.quote(plan.python)} -m harness.backends.openrlhf.launch "
-                                  f"{shlex.quote(os.path.abspath(os.fspath(run_dir)))} --"]
+    lines = [
+        f"env {env} \\",
+        f"  {shlex.quote(plan.python)} -m harness.backends.openrlhf.launch "
+        f"{shlex.quote(os.path.abspath(os.fspath(run_dir)))} --",
+    ]
     i, argv = 0, plan.argv
     while i < len(argv):
         j = i + 1

@@ -41,7 +41,8 @@ def require_openrlhf() -> None:
     if version != OPENRLHF_VERSION:
         raise OpenRLHFMissingError(
             f"backend openrlhf is written against openrlhf=={OPENRLHF_VERSION} (its private loss/advantage seams "
-            f"change between releases), found {version}: {EXTRA}")
+            f"change between releases), found {version}: {EXTRA}"
+        )
 
 
 def runtime_env(extra_env: dict | None = None) -> dict:
@@ -74,8 +75,9 @@ def slurm_nodes() -> list[str]:
     """Hostnames of this SLURM job's nodes (empty outside a multi-node SLURM step)."""
     if int(os.environ.get("SLURM_NNODES", "1")) <= 1 or "SLURM_JOB_NODELIST" not in os.environ:
         return []
-    out = subprocess.run(["scontrol", "show", "hostnames", os.environ["SLURM_JOB_NODELIST"]],
-                         capture_output=True, text=True, check=True)
+    out = subprocess.run(
+        ["scontrol", "show", "hostnames", os.environ["SLURM_JOB_NODELIST"]], capture_output=True, text=True, check=True
+    )
     return out.stdout.split()
 
 

@@ -26,32 +26,32 @@ class OpenRLHFConfigError(ConfigError):
 class OpenRLHFOptions:
     """The ``openrlhf:`` section of a run config (cluster layout and OpenRLHF-only settings)."""
 
-    nodes: int = _resource(1)              # actor (and ref) nodes
-    gpus_per_node: int = _resource(8)      # actor GPUs per node
-    vllm_engines: int | None = None        # default: nodes * gpus_per_node // vllm_tp (colocated hybrid engine)
-    vllm_tp: int = _resource(1)            # vLLM tensor parallel size
+    nodes: int = _resource(1)  # actor (and ref) nodes
+    gpus_per_node: int = _resource(8)  # actor GPUs per node
+    vllm_engines: int | None = None  # default: nodes * gpus_per_node // vllm_tp (colocated hybrid engine)
+    vllm_tp: int = _resource(1)  # vLLM tensor parallel size
     vllm_gpu_memory_utilization: float = 0.6
-    colocate: bool = True                  # --train.colocate_all + sleep mode (actor, ref, vLLM share GPUs)
+    colocate: bool = True  # --train.colocate_all + sleep mode (actor, ref, vLLM share GPUs)
     zero_stage: int = 2
     param_dtype: str = "bf16"
     attn_implementation: str = "flash_attention_2"
     gradient_checkpointing: bool = True
     rollout_micro_batch_size: int | None = None  # forward-only micro-batch (log-probs); default: train.micro_batch_size
-    max_prompt_len: int = 2048             # --data.max_len = max_prompt_len + train.max_new_tokens
+    max_prompt_len: int = 2048  # --data.max_len = max_prompt_len + train.max_new_tokens
     input_key: str = "prompt"
     label_key: str = "answer"
     apply_chat_template: bool = True
     input_template: str | None = None
-    reward: str = "math"                   # math | code (harness graders) or a path to a reward_func .py file
-    kl_coef: float = 0.0                   # >0 adds a reference model; only as a loss (kl_use_loss) here
+    reward: str = "math"  # math | code (harness graders) or a path to a reward_func .py file
+    kl_coef: float = 0.0  # >0 adds a reference model; only as a loss (kl_use_loss) here
     kl_use_loss: bool = False
     kl_estimator: str = "k3"
-    log_entropy: bool = True               # --actor.entropy_coef 0: entropy computed and logged (costs memory)
-    seed_offset_per_rank: bool = True      # Clip-Cov draws: generator seeded with seed + rank
-    extra_flags: dict = field(default_factory=dict)   # {"--dotted.flag": value | [values] | true}
-    eval_dataset: str | None = None        # JSONL {prompt, answer, datasource}: in-loop eval -> eval/step_N.json
-    env: dict = field(default_factory=dict)            # extra environment for the launcher and every worker
-    python: str | None = _resource(None)   # interpreter for the launcher (default: this one)
+    log_entropy: bool = True  # --actor.entropy_coef 0: entropy computed and logged (costs memory)
+    seed_offset_per_rank: bool = True  # Clip-Cov draws: generator seeded with seed + rank
+    extra_flags: dict = field(default_factory=dict)  # {"--dotted.flag": value | [values] | true}
+    eval_dataset: str | None = None  # JSONL {prompt, answer, datasource}: in-loop eval -> eval/step_N.json
+    env: dict = field(default_factory=dict)  # extra environment for the launcher and every worker
+    python: str | None = _resource(None)  # interpreter for the launcher (default: this one)
 
 
 def parse_options(section: Mapping | None) -> OpenRLHFOptions:
@@ -60,8 +60,9 @@ def parse_options(section: Mapping | None) -> OpenRLHFOptions:
     fields = {f.name: f for f in dataclasses.fields(OpenRLHFOptions)}
     for key in section:
         if key not in fields:
-            raise OpenRLHFConfigError(f"openrlhf.{key}: unknown key.{suggestion(key, fields, cutoff=0.4)} "
-                                      f"Allowed: {', '.join(fields)}")
+            raise OpenRLHFConfigError(
+                f"openrlhf.{key}: unknown key.{suggestion(key, fields, cutoff=0.4)} Allowed: {', '.join(fields)}"
+            )
     opts = OpenRLHFOptions(**section)
     ints = ("nodes", "gpus_per_node", "vllm_tp", "zero_stage", "max_prompt_len")
     for name in ints:
@@ -83,13 +84,17 @@ def parse_options(section: Mapping | None) -> OpenRLHFOptions:
     if opts.kl_coef > 0 and not opts.kl_use_loss:
         raise OpenRLHFConfigError(
             "openrlhf.kl_coef > 0 needs openrlhf.kl_use_loss: true. KL as a reward penalty would be folded into "
-            "OpenRLHF's returns, which the harness advantage replaces; allowed: kl_coef: 0, or kl_use_loss: true")
+            "OpenRLHF's returns, which the harness advantage replaces; allowed: kl_coef: 0, or kl_use_loss: true"
+        )
     if not 0 < float(opts.vllm_gpu_memory_utilization) <= 1:
-        raise OpenRLHFConfigError(f"openrlhf.vllm_gpu_memory_utilization: expected 0 < x <= 1, got "
-                                  f"{opts.vllm_gpu_memory_utilization!r}")
+        raise OpenRLHFConfigError(
+            f"openrlhf.vllm_gpu_memory_utilization: expected 0 < x <= 1, got {opts.vllm_gpu_memory_utilization!r}"
+        )
     if opts.reward not in REWARDS and not str(opts.reward).endswith(".py"):
-        raise OpenRLHFConfigError(f"openrlhf.reward: {opts.reward!r} is not allowed. Allowed: "
-                                  f"{', '.join(REWARDS)}, or a path to a .py file defining reward_func")
+        raise OpenRLHFConfigError(
+            f"openrlhf.reward: {opts.reward!r} is not allowed. Allowed: "
+            f"{', '.join(REWARDS)}, or a path to a .py file defining reward_func"
+        )
     for name in ("extra_flags", "env"):
         if not isinstance(getattr(opts, name), dict):
             raise OpenRLHFConfigError(f"openrlhf.{name}: expected a mapping, got {getattr(opts, name)!r}")
@@ -97,7 +102,6 @@ def parse_options(section: Mapping | None) -> OpenRLHFOptions:
         if not str(flag).startswith("--") or " " in str(flag):
             raise OpenRLHFConfigError(f"openrlhf.extra_flags: {flag!r} is not a flag; write it as '--group.name'")
     return opts
-
 
 
 def type_section(cfg) -> None:

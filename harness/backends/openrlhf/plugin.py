@@ -31,15 +31,15 @@ class _State:
     def __init__(self):
         self.config: dict | None = None
         self.method = None
-        self.trainer = None          # the ActorPPOTrainer of this worker (set in ppo_train)
-        self.rollout_step = 0        # ppo_train calls in this worker = training steps
-        self.capture = False         # Actor.forward stashes entropy while True
+        self.trainer = None  # the ActorPPOTrainer of this worker (set in ppo_train)
+        self.rollout_step = 0  # ppo_train calls in this worker = training steps
+        self.capture = False  # Actor.forward stashes entropy while True
         self.entropy = None
         self.generator = None
         self.t0 = time.time()
         self.prev_entropy = None
-        self.pending_row = None      # the step's metrics row, waiting for that step's eval
-        self.rollout_entropy = {}    # row key -> token-mean entropy from the old-log-prob forward
+        self.pending_row = None  # the step's metrics row, waiting for that step's eval
+        self.rollout_entropy = {}  # row key -> token-mean entropy from the old-log-prob forward
 
 
 STATE = _State()
@@ -49,8 +49,10 @@ def plugin_config() -> dict:
     if STATE.config is None:
         raw = os.environ.get(PLUGIN_ENV)
         if not raw:
-            raise RuntimeError(f"{PLUGIN_ENV} is not set in this worker: start OpenRLHF through "
-                               f"`harness train` / harness.backends.openrlhf.launch, which sets it for every worker")
+            raise RuntimeError(
+                f"{PLUGIN_ENV} is not set in this worker: start OpenRLHF through "
+                f"`harness train` / harness.backends.openrlhf.launch, which sets it for every worker"
+            )
         STATE.config = json.loads(raw)
     return STATE.config
 
@@ -98,24 +100,46 @@ def make_policy_loss_class(base):
     import torch
 
     class HarnessPolicyLoss(base):
-        experience = None   # set per micro-batch by the training_step wrapper
-        selected = None     # (B, A) bool plan slice for scope: global
+        experience = None  # set per micro-batch by the training_step wrapper
+        selected = None  # (B, A) bool plan slice for scope: global
         step = 0
 
-        def forward(self, log_probs, old_log_probs, advantages, action_mask=None, rollout_log_probs=None,
-                    dp_size=1, batch_num_tokens=None, global_batch_size=None):
+        def forward(
+            self,
+            log_probs,
+            old_log_probs,
+            advantages,
+            action_mask=None,
+            rollout_log_probs=None,
+            dp_size=1,
+            batch_num_tokens=None,
+            global_batch_size=None,
+        ):
             m = method()
             if (m.agg == "token-mean") != bool(self.token_level_loss):
-                raise RuntimeError(f"method agg={m.agg!r} but OpenRLHF --actor.loss_agg_mode gives token_level_loss="
-                                   f"{self.token_level_loss}; launch through harness so the two agree")
+                raise RuntimeError(
+                    f"method agg={m.agg!r} but OpenRLHF --actor.loss_agg_mode gives token_level_loss="
+                    f"{self.token_level_loss}; launch through harness so the two agree"
+                )
             mask = action_mask if action_mask is not None else torch.ones_like(log_probs)
             entropy = STATE.entropy if m.needs_entropy else None
             if m.needs_entropy and entropy is None:
-                raise RuntimeError(f"method {m.name} needs the entropy, but the training forward returned none "
-                                   f"(--actor.entropy_coef must be set)")
+                raise RuntimeError(
+                    f"method {m.name} needs the entropy, but the training forward returned none "
+                    f"(--actor.entropy_coef must be set)"
+                )
             selected = self.selected.to(mask.device) if self.selected is not None else None
-            out = m.policy_loss(log_probs, old_log_probs, advantages, mask, entropy=entropy, step=self.step,
-                                generator=generator(), selected=selected, cov_groups=True)
+            out = m.policy_loss(
+                log_probs,
+                old_log_probs,
+                advantages,
+                mask,
+                entropy=entropy,
+                step=self.step,
+                generator=generator(),
+                selected=selected,
+                cov_groups=True,
+            )
             scale = normaliser_scale(mask, bool(self.token_level_loss), dp_size, batch_num_tokens, global_batch_size)
             loss = out.loss * scale
             device = log_probs.device
@@ -142,8 +166,9 @@ def publish_metrics(experience, metrics: dict, mask, entropy) -> None:
     count = metrics.get("selected/count")
     if isinstance(count, (int, float)) and mask.shape[0]:
         # (B,) sample-weighted: the bridge turns the step mean back into a count (x samples in the step)
-        experience.info["harness/selected_per_sample"] = torch.full((mask.shape[0],), float(count) / mask.shape[0],
-                                                                    device=device)
+        experience.info["harness/selected_per_sample"] = torch.full(
+            (mask.shape[0],), float(count) / mask.shape[0], device=device
+        )
     if entropy is not None:
         m = mask.float()
         per_row = (entropy.detach().float() * m).sum(-1) / m.sum(-1).clamp_min(1)
@@ -214,7 +239,7 @@ def patch_actor_model(module) -> None:
             entropy = getattr(output, "entropy", None)
             action_mask = kwargs.get("action_mask", args[1] if len(args) > 1 else None)
             if entropy is not None and action_mask is not None:
-                entropy = entropy[:, -action_mask.shape[1]:]
+                entropy = entropy[:, -action_mask.shape[1] :]
             STATE.entropy = entropy
         return out
 
@@ -229,9 +254,15 @@ def _is_rollout_logprob_pass(actor, args, kwargs) -> bool:
     trainer = STATE.trainer
     if trainer is None or getattr(trainer, "actor", None) is not actor:
         return False
-    return (plugin_config().get("log_entropy", True) and not STATE.capture and not actor.training
-            and not torch.is_grad_enabled() and len(args) >= 3 and not kwargs.get("return_output")
-            and not kwargs.get("return_entropy"))
+    return (
+        plugin_config().get("log_entropy", True)
+        and not STATE.capture
+        and not actor.training
+        and not torch.is_grad_enabled()
+        and len(args) >= 3
+        and not kwargs.get("return_output")
+        and not kwargs.get("return_entropy")
+    )
 
 
 def _row_keys(sequences, attention_mask) -> list[int]:
@@ -243,9 +274,10 @@ def _row_keys(sequences, attention_mask) -> list[int]:
 def rollout_forward(orig_forward, actor, sequences, action_mask, attention_mask, *args, **kwargs):
     """The old-log-prob forward, also returning the entropy: each response's token-mean entropy, measured
     before the update in eval mode (the official `entropy`), is kept by row key for the replay buffer."""
-    log_probs, output = orig_forward(actor, sequences, action_mask, attention_mask, *args, return_output=True,
-                                     return_entropy=True, **kwargs)
-    entropy = output.entropy[:, -action_mask.shape[1]:].float()
+    log_probs, output = orig_forward(
+        actor, sequences, action_mask, attention_mask, *args, return_output=True, return_entropy=True, **kwargs
+    )
+    entropy = output.entropy[:, -action_mask.shape[1] :].float()
     m = action_mask.float()
     per_row = ((entropy * m).sum(-1) / m.sum(-1).clamp_min(1)).cpu()
     if len(STATE.rollout_entropy) > 1_000_000:
@@ -305,13 +337,22 @@ def plan_window(experiences) -> None:
         for e in experiences:
             e.to_device(device)
             if m.needs_entropy:
-                lp, output = trainer.actor(e.sequences, e.action_mask, attention_mask=e.attention_mask,
-                                           ring_attn_group=trainer.strategy.ring_attn_group, return_output=True,
-                                           return_entropy=True)
-                ents.append(output.entropy[:, -e.action_mask.shape[1]:].float())
+                lp, output = trainer.actor(
+                    e.sequences,
+                    e.action_mask,
+                    attention_mask=e.attention_mask,
+                    ring_attn_group=trainer.strategy.ring_attn_group,
+                    return_output=True,
+                    return_entropy=True,
+                )
+                ents.append(output.entropy[:, -e.action_mask.shape[1] :].float())
             else:
-                lp = trainer.actor(e.sequences, e.action_mask, attention_mask=e.attention_mask,
-                                   ring_attn_group=trainer.strategy.ring_attn_group)
+                lp = trainer.actor(
+                    e.sequences,
+                    e.action_mask,
+                    attention_mask=e.attention_mask,
+                    ring_attn_group=trainer.strategy.ring_attn_group,
+                )
             lps.append(lp.float())
     width = max(e.action_mask.shape[1] for e in experiences)
 
@@ -319,15 +360,20 @@ def plan_window(experiences) -> None:
         return torch.cat([torch.nn.functional.pad(t.float(), (0, width - t.shape[1])) for t in tensors])
 
     masks = [e.action_mask for e in experiences]
-    plan = m.selection_plan(cat(lps), cat([e.action_log_probs for e in experiences]),
-                            cat([e.advantages for e in experiences]), cat(masks),
-                            entropy=cat(ents) if ents else None, generator=generator())
+    plan = m.selection_plan(
+        cat(lps),
+        cat([e.action_log_probs for e in experiences]),
+        cat([e.advantages for e in experiences]),
+        cat(masks),
+        entropy=cat(ents) if ents else None,
+        generator=generator(),
+    )
     if plan is None:
         return
     row = 0
     for e, mask in zip(experiences, masks):
         b, a = mask.shape
-        e._harness_selected = plan[row:row + b, :a].to(mask.device)
+        e._harness_selected = plan[row : row + b, :a].to(mask.device)
         row += b
 
 
@@ -340,13 +386,14 @@ def harness_advantages(experiences, n_samples_per_prompt: int):
     index = torch.tensor([i for e in experiences for i in e.index], dtype=torch.long)
     scores = torch.cat([e.rewards.float().reshape(-1) for e in experiences])
     width = max(e.action_mask.shape[1] for e in experiences)
-    mask = torch.cat([torch.nn.functional.pad(e.action_mask.float(), (0, width - e.action_mask.shape[1]))
-                      for e in experiences])
+    mask = torch.cat(
+        [torch.nn.functional.pad(e.action_mask.float(), (0, width - e.action_mask.shape[1])) for e in experiences]
+    )
     adv = m.advantages(scores, index // int(n_samples_per_prompt), mask)
     out, row = [], 0
     for e in experiences:
         b, a = e.action_mask.shape
-        out.append(adv[row:row + b, :a])
+        out.append(adv[row : row + b, :a])
         row += b
     return out
 
@@ -371,7 +418,9 @@ def patch_experience_maker(module) -> None:
 
     def compute_advantages_and_returns(self, experiences):
         experiences = orig(self, experiences)  # length penalties, returns, info["return"], group_reward_std
-        for e, adv in zip(experiences, harness_advantages(experiences, self.strategy.args.rollout.n_samples_per_prompt)):
+        for e, adv in zip(
+            experiences, harness_advantages(experiences, self.strategy.args.rollout.n_samples_per_prompt)
+        ):
             e.advantages = adv.to(e.action_mask.device)
         cov = covariance_term(experiences)
         if cov is not None:
@@ -395,8 +444,13 @@ def patch_ppo_trainer(module) -> None:
     def save_logs_and_checkpoints(self, global_step, logs_dict=None, client_states=None):
         cfg = plugin_config()
         if logs_dict:
-            row = bridge.to_harness_metrics(logs_dict, global_step, STATE.prev_entropy, time.time() - STATE.t0,
-                                            method_name=(cfg.get("method") or {}).get("name"))
+            row = bridge.to_harness_metrics(
+                logs_dict,
+                global_step,
+                STATE.prev_entropy,
+                time.time() - STATE.t0,
+                method_name=(cfg.get("method") or {}).get("name"),
+            )
             STATE.prev_entropy = row.get("entropy", STATE.prev_entropy)
             eval_due = getattr(self, "eval_dataloader", None) and global_step % self.args.eval.steps == 0
             if eval_due and cfg.get("eval"):

@@ -19,8 +19,10 @@ import threading
 _LOCK = threading.Lock()
 _POOL = None
 TIMEOUT_S = 10.0
-MISSING_EXTRA = ("math grading needs the eval extra: pip install 'entropy-harness[eval]' "
-                 "(math-verify); evals.math_grader could not be imported")
+MISSING_EXTRA = (
+    "math grading needs the eval extra: pip install 'entropy-harness[eval]' "
+    "(math-verify); evals.math_grader could not be imported"
+)
 
 
 def _pool():
@@ -28,6 +30,7 @@ def _pool():
     if _POOL is None:
         try:
             import math_verify  # noqa: F401  (the eval extra)
+
             from evals.math_grader import MathGraderPool
         except ImportError as e:
             raise ImportError(f"{MISSING_EXTRA}: {e}") from e
@@ -36,8 +39,10 @@ def _pool():
 
 
 _SANDBOX = None
-CODE_LABEL_HELP = ("code labels must be JSON objects with the test fields of an evals.code_grader format "
-                   "(humaneval: test, entry_point; mbpp: test_list; lcb: tests, fn_name; kodcode: test)")
+CODE_LABEL_HELP = (
+    "code labels must be JSON objects with the test fields of an evals.code_grader format "
+    "(humaneval: test, entry_point; mbpp: test_list; lcb: tests, fn_name; kodcode: test)"
+)
 
 
 def reward_kind() -> str:
@@ -68,14 +73,16 @@ def grade_code(response: str, label) -> dict:
     verdict = grade_code_many([item], _sandbox())[0]
     # a program that times out or fails is a wrong answer; only a sandbox/item error is a grading failure
     status = verdict["status"]
-    return {"correct": verdict["correct"], "reason": "error" if status == "error" else status if status == "passed"
-            else "wrong"}
+    return {
+        "correct": verdict["correct"],
+        "reason": "error" if status == "error" else status if status == "passed" else "wrong",
+    }
 
 
 def response_text(query: str, prompt: str) -> str:
     """The response part of OpenRLHF's decoded ``query`` (prompt + response, special tokens kept)."""
     query, prompt = query or "", prompt or ""
-    return query[len(prompt):] if prompt and query.startswith(prompt) else query
+    return query[len(prompt) :] if prompt and query.startswith(prompt) else query
 
 
 def grade_one(query: str, prompt: str, label) -> tuple[float, int]:
@@ -119,5 +126,8 @@ def reward_func(queries, prompts, labels, **kwargs):
         rewards.append(r)
         failures.append(f)
     rewards_t = torch.tensor(rewards, dtype=torch.float32)
-    return {"rewards": rewards_t, "scores": rewards_t.clone(),
-            "extra_logs": {"reward/grading_failures": torch.tensor(failures, dtype=torch.float32)}}
+    return {
+        "rewards": rewards_t,
+        "scores": rewards_t.clone(),
+        "extra_logs": {"reward/grading_failures": torch.tensor(failures, dtype=torch.float32)},
+    }

@@ -21,8 +21,14 @@ from harness.records import RunResult
 
 
 def command(plan, run_dir) -> list[str]:
-    return [plan.python, "-m", "harness.backends.openrlhf.launch", os.path.abspath(os.fspath(run_dir)), "--",
-            *plan.argv]
+    return [
+        plan.python,
+        "-m",
+        "harness.backends.openrlhf.launch",
+        os.path.abspath(os.fspath(run_dir)),
+        "--",
+        *plan.argv,
+    ]
 
 
 RUNNER_OWNED = ("schema_version", "run_id", "backend", "name", "status", "wall_time_s")  # the runner's head
@@ -32,8 +38,11 @@ POLL_S = 5.0
 
 def is_worker_task() -> bool:
     """A non-head task of a multi-node SLURM job: it only lends its node to the head's Ray cluster."""
-    return (int(os.environ.get("SLURM_NNODES", "1")) > 1 and int(os.environ.get("SLURM_PROCID", "0")) != 0
-            and not os.environ.get("RAY_ADDRESS"))
+    return (
+        int(os.environ.get("SLURM_NNODES", "1")) > 1
+        and int(os.environ.get("SLURM_PROCID", "0")) != 0
+        and not os.environ.get("RAY_ADDRESS")
+    )
 
 
 def wait_for_result(path: Path, since: float, timeout_s: float = WORKER_WAIT_S) -> dict:
@@ -53,7 +62,7 @@ def train(config, run_dir, log=None) -> RunResult | dict:
     """Run one OpenRLHF training run; returns its RunResult (the runner adds status and wall time and writes
     result.json). Bad input raises before Ray starts; a failed run raises RuntimeError. A SLURM worker task
     returns the fields of the result.json its head task's runner wrote."""
-    plan = build_plan(config, run_dir)   # config errors first, even where OpenRLHF is missing
+    plan = build_plan(config, run_dir)  # config errors first, even where OpenRLHF is missing
     require_openrlhf()
     run_dir = Path(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)

@@ -28,11 +28,16 @@ def supports(model) -> bool:
         return False
     rope = getattr(cfg, "rope_parameters", None) or {}
     head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
-    return (cfg.num_key_value_heads == cfg.num_attention_heads and cfg.hidden_act == "silu"
-            and rope.get("rope_type", "default") == "default" and not getattr(cfg, "use_sliding_window", False)
-            and head_dim * cfg.num_attention_heads == cfg.hidden_size and head_dim % 2 == 0
-            and float(getattr(cfg, "attention_dropout", 0.0)) == 0.0
-            and set(getattr(cfg, "layer_types", None) or ["full_attention"]) == {"full_attention"})
+    return (
+        cfg.num_key_value_heads == cfg.num_attention_heads
+        and cfg.hidden_act == "silu"
+        and rope.get("rope_type", "default") == "default"
+        and not getattr(cfg, "use_sliding_window", False)
+        and head_dim * cfg.num_attention_heads == cfg.hidden_size
+        and head_dim % 2 == 0
+        and float(getattr(cfg, "attention_dropout", 0.0)) == 0.0
+        and set(getattr(cfg, "layer_types", None) or ["full_attention"]) == {"full_attention"}
+    )
 
 
 class FastQwen2:
@@ -46,7 +51,7 @@ class FastQwen2:
         self.heads = cfg.num_attention_heads
         self.head_dim = cfg.hidden_size // self.heads
         self.eps = cfg.rms_norm_eps
-        self.scale = self.head_dim ** -0.5
+        self.scale = self.head_dim**-0.5
         rot = model.model.rotary_emb
         self._inv_freq = rot.inv_freq.detach().float().cpu()
         self._rope_scale = rot.attention_scaling
@@ -79,11 +84,17 @@ class FastQwen2:
         out = []
         for layer in self.model.model.layers:
             a, m = layer.self_attn, layer.mlp
-            out.append((layer.input_layernorm.weight,
-                        torch.cat((a.q_proj.weight, a.k_proj.weight, a.v_proj.weight)),
-                        torch.cat((a.q_proj.bias, a.k_proj.bias, a.v_proj.bias)),
-                        a.o_proj.weight, layer.post_attention_layernorm.weight,
-                        torch.cat((m.gate_proj.weight, m.up_proj.weight)), m.down_proj.weight))
+            out.append(
+                (
+                    layer.input_layernorm.weight,
+                    torch.cat((a.q_proj.weight, a.k_proj.weight, a.v_proj.weight)),
+                    torch.cat((a.q_proj.bias, a.k_proj.bias, a.v_proj.bias)),
+                    a.o_proj.weight,
+                    layer.post_attention_layernorm.weight,
+                    torch.cat((m.gate_proj.weight, m.up_proj.weight)),
+                    m.down_proj.weight,
+                )
+            )
         return out
 
     def _rope(self, qk, cos, sin):
@@ -135,7 +146,7 @@ class FastQwen2:
         mask = mask[:, None]  # (B, 1, L, L)
 
         def attend(q, k, v):
-            m = mask if q.shape[2] == L else mask[:, :, -q.shape[2]:]
+            m = mask if q.shape[2] == L else mask[:, :, -q.shape[2] :]
             return F.scaled_dot_product_attention(q, k, v, attn_mask=m, scale=self.scale)
 
         x = self._embed(input_ids)
@@ -148,8 +159,13 @@ class FastQwen2:
 
     # ------------------------------------------------------------------------------------ generation
     @torch.no_grad()
-    def start(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, max_new_tokens: int,
-              expand: torch.Tensor | None = None):
+    def start(
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor,
+        max_new_tokens: int,
+        expand: torch.Tensor | None = None,
+    ):
         """Prefill a preallocated KV cache with the (left-padded) prompts; returns (state, last logits (B, V)).
 
         ``expand`` (B,) maps each generated row to a prompt row: a prompt shared by n samples is run once.
@@ -170,11 +186,13 @@ class FastQwen2:
         x = self._embed(input_ids)
         cos, sin = cos_t[pos][:, :, None], sin_t[pos][:, :, None]
         for i, p in enumerate(layers):
+
             def attend(q, k, v, i=i):
                 cache[i, 0, :, :, :P] = k if expand is None else k[expand]
                 cache[i, 1, :, :, :P] = v if expand is None else v[expand]
-                m = mask if q.shape[2] == P else mask[:, :, -q.shape[2]:]
+                m = mask if q.shape[2] == P else mask[:, :, -q.shape[2] :]
                 return F.scaled_dot_product_attention(q, k, v, attn_mask=m, scale=self.scale)
+
             x = self._block(x, p, cos, sin, attend, rows=1 if i == len(layers) - 1 else None)
         logits = self._head(x[:, -1])
         if expand is not None:
@@ -192,16 +210,18 @@ class FastQwen2:
         cos_t, sin_t = state["tables"]
         pos = state["pos"][:, None]
         cos, sin = cos_t[pos][:, :, None], sin_t[pos][:, :, None]
-        mask = state["att"][:, None, None, :n + 1]
+        mask = state["att"][:, None, None, : n + 1]
 
         x = self._embed(tokens[:, None])
         for i, p in enumerate(state["layers"]):
+
             def attend(q, k, v, i=i):
-                cache[i, 0, :, :, n:n + 1] = k
-                cache[i, 1, :, :, n:n + 1] = v
-                return F.scaled_dot_product_attention(q, cache[i, 0, :, :, :n + 1], cache[i, 1, :, :, :n + 1],
-                                                      attn_mask=mask, scale=self.scale)
+                cache[i, 0, :, :, n : n + 1] = k
+                cache[i, 1, :, :, n : n + 1] = v
+                return F.scaled_dot_product_attention(
+                    q, cache[i, 0, :, :, : n + 1], cache[i, 1, :, :, : n + 1], attn_mask=mask, scale=self.scale
+                )
+
             x = self._block(x, p, cos, sin, attend)
         state["len"] = n + 1
         return self._head(x[:, 0])
-

@@ -15,7 +15,7 @@ import torch
 
 from . import fast as _fast
 
-_FAST: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+_FAST: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
 _REFERENCE = {"on": False}
@@ -42,24 +42,38 @@ def fast_path(model, reference: bool = False):
 class Batch:
     """Prompts (left-padded) + responses (right-padded); ``mask`` covers response tokens incl. EOS."""
 
-    input_ids: torch.Tensor       # (B, P+T)
+    input_ids: torch.Tensor  # (B, P+T)
     attention_mask: torch.Tensor  # (B, P+T)
-    prompt_len: int               # P
-    responses: torch.Tensor       # (B, T)
-    mask: torch.Tensor            # (B, T) float, 1 on response tokens (EOS included)
+    prompt_len: int  # P
+    responses: torch.Tensor  # (B, T)
+    mask: torch.Tensor  # (B, T) float, 1 on response tokens (EOS included)
     # from the sampling pass (fast path only): log-probs at the sampling temperature and T=1 entropy, 0 on padding
     logp: torch.Tensor | None = None
     entropy: torch.Tensor | None = None
 
-    def index(self, rows) -> "Batch":
-        pick = (lambda t: None if t is None else t[rows])
-        return Batch(self.input_ids[rows], self.attention_mask[rows], self.prompt_len, self.responses[rows],
-                     self.mask[rows], pick(self.logp), pick(self.entropy))
+    def index(self, rows) -> Batch:
+        pick = lambda t: None if t is None else t[rows]
+        return Batch(
+            self.input_ids[rows],
+            self.attention_mask[rows],
+            self.prompt_len,
+            self.responses[rows],
+            self.mask[rows],
+            pick(self.logp),
+            pick(self.entropy),
+        )
 
-    def to(self, device) -> "Batch":
-        move = (lambda t: None if t is None else t.to(device))
-        return Batch(self.input_ids.to(device), self.attention_mask.to(device), self.prompt_len,
-                     self.responses.to(device), self.mask.to(device), move(self.logp), move(self.entropy))
+    def to(self, device) -> Batch:
+        move = lambda t: None if t is None else t.to(device)
+        return Batch(
+            self.input_ids.to(device),
+            self.attention_mask.to(device),
+            self.prompt_len,
+            self.responses.to(device),
+            self.mask.to(device),
+            move(self.logp),
+            move(self.entropy),
+        )
 
 
 def left_pad(prompts: list[list[int]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -67,8 +81,8 @@ def left_pad(prompts: list[list[int]], pad_id: int) -> tuple[torch.Tensor, torch
     ids = torch.full((len(prompts), P), pad_id, dtype=torch.long)
     att = torch.zeros((len(prompts), P), dtype=torch.long)
     for i, p in enumerate(prompts):
-        ids[i, P - len(p):] = torch.tensor(p, dtype=torch.long)
-        att[i, P - len(p):] = 1
+        ids[i, P - len(p) :] = torch.tensor(p, dtype=torch.long)
+        att[i, P - len(p) :] = 1
     return ids, att
 
 
@@ -110,19 +124,43 @@ def _record(logits: torch.Tensor, nxt: torch.Tensor, temperature: float):
 
 
 @torch.no_grad()
-def generate(model, prompts: list[list[int]], *, max_new_tokens: int, eos_id: int, pad_id: int,
-             temperature: float = 1.0, top_p: float = 1.0, greedy: bool = False, generator=None,
-             chunk_size: int | None = None, with_logprobs: bool = False, reference: bool = False) -> Batch:
+def generate(
+    model,
+    prompts: list[list[int]],
+    *,
+    max_new_tokens: int,
+    eos_id: int,
+    pad_id: int,
+    temperature: float = 1.0,
+    top_p: float = 1.0,
+    greedy: bool = False,
+    generator=None,
+    chunk_size: int | None = None,
+    with_logprobs: bool = False,
+    reference: bool = False,
+) -> Batch:
     """Sample one response per prompt (repeat prompts for n samples); stops at EOS or ``max_new_tokens``.
 
     ``with_logprobs`` (fast path only): the Batch also carries each sampled token's log-prob at
     ``temperature`` and the T=1 entropy, from the sampling pass itself (eval mode, the same weights).
     """
     if chunk_size and len(prompts) > chunk_size:
-        parts = [generate(model, prompts[i:i + chunk_size], max_new_tokens=max_new_tokens, eos_id=eos_id, pad_id=pad_id,
-                          temperature=temperature, top_p=top_p, greedy=greedy, generator=generator,
-                          with_logprobs=with_logprobs, reference=reference)
-                 for i in range(0, len(prompts), chunk_size)]
+        parts = [
+            generate(
+                model,
+                prompts[i : i + chunk_size],
+                max_new_tokens=max_new_tokens,
+                eos_id=eos_id,
+                pad_id=pad_id,
+                temperature=temperature,
+                top_p=top_p,
+                greedy=greedy,
+                generator=generator,
+                with_logprobs=with_logprobs,
+                reference=reference,
+            )
+            for i in range(0, len(prompts), chunk_size)
+        ]
         return concat_batches(parts, pad_id)
     was_training = model.training
     model.eval()
@@ -150,10 +188,16 @@ def generate(model, prompts: list[list[int]], *, max_new_tokens: int, eos_id: in
         def advance(nxt):
             hf["att"] = torch.cat([hf["att"], torch.ones((B, 1), dtype=att.dtype, device=device)], dim=1)
             hf["pos"] = hf["pos"] + 1
-            o = model(input_ids=nxt[:, None], attention_mask=hf["att"], position_ids=hf["pos"][:, None],
-                      past_key_values=hf["cache"], use_cache=True)
+            o = model(
+                input_ids=nxt[:, None],
+                attention_mask=hf["att"],
+                position_ids=hf["pos"][:, None],
+                past_key_values=hf["cache"],
+                use_cache=True,
+            )
             hf["cache"] = o.past_key_values
             return o.logits[:, -1, :]
+
     done = torch.zeros(B, dtype=torch.bool, device=device)
     tokens, mask, lps, ents = [], [], [], []
     for t in range(max_new_tokens):
@@ -189,7 +233,7 @@ def concat_batches(parts: list[Batch], pad_id: int) -> Batch:
     for b in parts:
         dp, dt = P - b.prompt_len, T - b.responses.shape[1]
         n = b.input_ids.shape[0]
-        prompt_ids, prompt_att = b.input_ids[:, :b.prompt_len], b.attention_mask[:, :b.prompt_len]
+        prompt_ids, prompt_att = b.input_ids[:, : b.prompt_len], b.attention_mask[:, : b.prompt_len]
         r = torch.cat([b.responses, b.responses.new_full((n, dt), pad_id)], 1)
         m = torch.cat([b.mask, b.mask.new_zeros((n, dt))], 1)
         pi = torch.cat([prompt_ids.new_full((n, dp), pad_id), prompt_ids], 1)
@@ -201,8 +245,15 @@ def concat_batches(parts: list[Batch], pad_id: int) -> Batch:
         if carry:
             lps.append(torch.cat([b.logp, b.logp.new_zeros((n, dt))], 1))
             ents.append(torch.cat([b.entropy, b.entropy.new_zeros((n, dt))], 1))
-    return Batch(torch.cat(ids), torch.cat(att), P, torch.cat(res), torch.cat(msk),
-                 torch.cat(lps) if carry else None, torch.cat(ents) if carry else None)
+    return Batch(
+        torch.cat(ids),
+        torch.cat(att),
+        P,
+        torch.cat(res),
+        torch.cat(msk),
+        torch.cat(lps) if carry else None,
+        torch.cat(ents) if carry else None,
+    )
 
 
 def build_batch(prompts: list[list[int]], responses: list[list[int]], pad_id: int) -> Batch:
@@ -212,8 +263,8 @@ def build_batch(prompts: list[list[int]], responses: list[list[int]], pad_id: in
     res = torch.full((len(responses), T), pad_id, dtype=torch.long)
     msk = torch.zeros((len(responses), T))
     for i, r in enumerate(responses):
-        res[i, :len(r)] = torch.tensor(r, dtype=torch.long)
-        msk[i, :len(r)] = 1
+        res[i, : len(r)] = torch.tensor(r, dtype=torch.long)
+        msk[i, : len(r)] = 1
     return Batch(torch.cat([ids, res], 1), torch.cat([att, msk.long()], 1), ids.shape[1], res, msk)
 
 
@@ -226,13 +277,18 @@ def _trim(batch: Batch) -> tuple[Batch, int]:
     T = batch.responses.shape[1]
     used = batch.mask.any(0).nonzero()
     t_used = int(used[-1]) + 1 if len(used) else 1
-    real = batch.attention_mask[:, :batch.prompt_len].any(0).nonzero()
+    real = batch.attention_mask[:, : batch.prompt_len].any(0).nonzero()
     a = int(real[0]) if len(real) else 0
     if a == 0 and t_used == T:
         return batch, T
     end = batch.prompt_len + t_used
-    return Batch(batch.input_ids[:, a:end], batch.attention_mask[:, a:end], batch.prompt_len - a,
-                 batch.responses[:, :t_used], batch.mask[:, :t_used]), T
+    return Batch(
+        batch.input_ids[:, a:end],
+        batch.attention_mask[:, a:end],
+        batch.prompt_len - a,
+        batch.responses[:, :t_used],
+        batch.mask[:, :t_used],
+    ), T
 
 
 def response_logits(model, batch: Batch, reference: bool = False) -> torch.Tensor:
@@ -242,8 +298,13 @@ def response_logits(model, batch: Batch, reference: bool = False) -> torch.Tenso
     f = fast_path(model, reference)
     if f is not None:
         return f.logits(batch.input_ids, att, keep=T + 1)[:, :T]
-    out = model(input_ids=batch.input_ids, attention_mask=att, position_ids=_positions(att), use_cache=False,
-                logits_to_keep=T + 1)
+    out = model(
+        input_ids=batch.input_ids,
+        attention_mask=att,
+        position_ids=_positions(att),
+        use_cache=False,
+        logits_to_keep=T + 1,
+    )
     return out.logits[:, :T, :]
 
 
@@ -259,8 +320,7 @@ def entropy_from_logits(logits: torch.Tensor) -> torch.Tensor:
     return torch.logsumexp(logits, dim=-1) - (p * logits).sum(-1)
 
 
-def token_logprobs(model, batch: Batch, temperature: float = 1.0, with_entropy: bool = False,
-                   reference: bool = False):
+def token_logprobs(model, batch: Batch, temperature: float = 1.0, with_entropy: bool = False, reference: bool = False):
     """(log-probs (B,T), entropy (B,T) or None) of the batch's response tokens at ``temperature``; 0 on padding.
 
     The fast path trims all-padding columns first and takes log-probs and entropy from one log-softmax

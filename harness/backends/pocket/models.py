@@ -22,10 +22,10 @@ class PocketSize:
 
 # parameter counts (tied embeddings, 66-token vocab) are checked in tests/pocket/test_models.py
 SIZES = {
-    "pocket-0.1m": PocketSize(hidden=48, layers=4, heads=4, intermediate=160),      # ~0.13M (mechanism sweep)
-    "pocket-0.3m": PocketSize(hidden=64, layers=5, heads=4, intermediate=256),     # ~0.34M
-    "pocket-1m": PocketSize(hidden=128, layers=5, heads=4, intermediate=384),      # ~1.07M
-    "pocket-4m": PocketSize(hidden=256, layers=5, heads=8, intermediate=704),      # ~4.04M
+    "pocket-0.1m": PocketSize(hidden=48, layers=4, heads=4, intermediate=160),  # ~0.13M (mechanism sweep)
+    "pocket-0.3m": PocketSize(hidden=64, layers=5, heads=4, intermediate=256),  # ~0.34M
+    "pocket-1m": PocketSize(hidden=128, layers=5, heads=4, intermediate=384),  # ~1.07M
+    "pocket-4m": PocketSize(hidden=256, layers=5, heads=8, intermediate=704),  # ~4.04M
 }
 MAX_POSITIONS = 128
 
@@ -41,14 +41,19 @@ def check_model_name(name: str) -> None:
     p = Path(name).expanduser()
     if p.is_dir():
         if not (p / "config.json").exists():
-            raise ConfigError(f"model.name: {name!r} is a directory without config.json; expected a Hugging Face model directory (save_pretrained output)")
+            raise ConfigError(
+                f"model.name: {name!r} is a directory without config.json; expected a Hugging Face model "
+                "directory (save_pretrained output)"
+            )
         return
     looks_local = name.startswith((".", "/", "~")) or name.lower().startswith("pocket")
     if "/" in name and not looks_local and name.count("/") == 1:
         return  # hub id such as Qwen/Qwen2.5-7B: resolved by transformers when the run starts
     hint = suggestion(name, SIZES)
-    raise ConfigError(f"model.name: unknown model {name!r}.{hint} Allowed: a pocket size ({', '.join(SIZES)}), "
-                      f"a local Hugging Face model directory, or a hub id like Qwen/Qwen2.5-0.5B")
+    raise ConfigError(
+        f"model.name: unknown model {name!r}.{hint} Allowed: a pocket size ({', '.join(SIZES)}), "
+        f"a local Hugging Face model directory, or a hub id like Qwen/Qwen2.5-0.5B"
+    )
 
 
 def build_pocket_model(name: str, vocab_size: int, seed: int):
@@ -58,9 +63,18 @@ def build_pocket_model(name: str, vocab_size: int, seed: int):
 
     s = SIZES[name]
     cfg = Qwen2Config(
-        vocab_size=vocab_size, hidden_size=s.hidden, num_hidden_layers=s.layers, num_attention_heads=s.heads,
-        num_key_value_heads=s.heads, intermediate_size=s.intermediate, max_position_embeddings=MAX_POSITIONS,
-        tie_word_embeddings=True, attention_dropout=0.0, pad_token_id=0, bos_token_id=1, eos_token_id=2,
+        vocab_size=vocab_size,
+        hidden_size=s.hidden,
+        num_hidden_layers=s.layers,
+        num_attention_heads=s.heads,
+        num_key_value_heads=s.heads,
+        intermediate_size=s.intermediate,
+        max_position_embeddings=MAX_POSITIONS,
+        tie_word_embeddings=True,
+        attention_dropout=0.0,
+        pad_token_id=0,
+        bos_token_id=1,
+        eos_token_id=2,
     )
     cfg._attn_implementation = "sdpa"
     with torch.random.fork_rng(devices=[]):
@@ -80,8 +94,10 @@ def load_hf(name: str, dtype: str = "float32"):
         tok = load_tokenizer(name)  # the saved tokenizer exactly (AutoTokenizer drops a pocket model's spaces)
         model = AutoModelForCausalLM.from_pretrained(name, dtype=getattr(torch, dtype))
     except OSError as e:
-        raise FileNotFoundError(f"model.name: could not load Hugging Face model {name!r} ({e.__class__.__name__}: "
-                                f"{str(e).splitlines()[0][:200]}). Offline machines need a local model directory.") from None
+        raise FileNotFoundError(
+            f"model.name: could not load Hugging Face model {name!r} ({e.__class__.__name__}: "
+            f"{str(e).splitlines()[0][:200]}). Offline machines need a local model directory."
+        ) from None
     return model, tok
 
 

@@ -13,10 +13,16 @@ from harness.schema import build, opt
 class WarmStartOptions:
     """Supervised warm start of a pocket model: the stand-in for a pretrained base model."""
 
-    enabled: str = opt("auto", kind=str, choices=("auto", "true", "false"),
-                       help="auto = on for pocket sizes, off for HF checkpoints")
-    target_acc: float = opt(0.3, kind=float, min=0.0, max=1.0,
-                            help="stop once sampled (T=1) accuracy on held-out train problems reaches this")
+    enabled: str = opt(
+        "auto", kind=str, choices=("auto", "true", "false"), help="auto = on for pocket sizes, off for HF checkpoints"
+    )
+    target_acc: float = opt(
+        0.3,
+        kind=float,
+        min=0.0,
+        max=1.0,
+        help="stop once sampled (T=1) accuracy on held-out train problems reaches this",
+    )
     max_steps: int = opt(3000, kind=int, min=0)
     batch_size: int = opt(64, kind=int, min=1)
     lr: float = opt(3e-3, kind=float, min=0.0)
@@ -35,14 +41,17 @@ def validate(cfg) -> None:
     cfg.model.warm_start = build(WarmStartOptions, ws if isinstance(ws, dict) else vars(ws), "model.warm_start")
     models.check_model_name(cfg.model.name)
     if cfg.model.warm_start.enabled == "true" and not models.is_pocket(cfg.model.name):
-        raise ConfigError(f"model.warm_start.enabled: true only applies to pocket sizes; {cfg.model.name!r} is a "
-                          f"pretrained checkpoint (allowed here: auto, false)")
+        raise ConfigError(
+            f"model.warm_start.enabled: true only applies to pocket sizes; {cfg.model.name!r} is a "
+            f"pretrained checkpoint (allowed here: auto, false)"
+        )
     tasks.check_task(cfg.task.name, cfg.task.options)
     t = cfg.train
     if t.updates_per_rollout > t.prompts_per_step * t.samples_per_prompt:
         raise ConfigError(
             f"train.updates_per_rollout: {t.updates_per_rollout} mini-batches need at least that many sequences, "
-            f"but a rollout has prompts_per_step*samples_per_prompt = {t.prompts_per_step * t.samples_per_prompt}")
+            f"but a rollout has prompts_per_step*samples_per_prompt = {t.prompts_per_step * t.samples_per_prompt}"
+        )
     _check_group_size(cfg)
 
 
@@ -56,5 +65,7 @@ def _check_group_size(cfg) -> None:
     except KeyError:  # an unknown method/estimator is reported by the method section's own check
         return
     if cfg.train.samples_per_prompt < estimator.min_group_size:
-        raise ConfigError(f"train.samples_per_prompt: {cfg.train.samples_per_prompt}; the {estimator.name} advantage "
-                          f"estimator needs at least {estimator.min_group_size} responses per prompt")
+        raise ConfigError(
+            f"train.samples_per_prompt: {cfg.train.samples_per_prompt}; the {estimator.name} advantage "
+            f"estimator needs at least {estimator.min_group_size} responses per prompt"
+        )

@@ -34,7 +34,9 @@ def _check_options(task: str, options: dict, allowed: dict) -> dict:
     for k, v in (options or {}).items():
         if k not in allowed:
             hint = suggestion(k, allowed)
-            raise ConfigError(f"task.options.{k}: unknown option for task {task!r}.{hint} Allowed: {', '.join(allowed) or '(none)'}")
+            raise ConfigError(
+                f"task.options.{k}: unknown option for task {task!r}.{hint} Allowed: {', '.join(allowed) or '(none)'}"
+            )
         check = allowed[k][1]
         msg = check(v)
         if msg:
@@ -68,7 +70,11 @@ class Task:
 
 
 def _int_range(lo, hi):
-    return lambda v: None if isinstance(v, int) and not isinstance(v, bool) and lo <= v <= hi else f"expected an integer in [{lo}, {hi}]"
+    return lambda v: (
+        None
+        if isinstance(v, int) and not isinstance(v, bool) and lo <= v <= hi
+        else f"expected an integer in [{lo}, {hi}]"
+    )
 
 
 @TASKS.register("arith")
@@ -78,12 +84,17 @@ class Arith(Task):
     name = "arith"
     options_schema = {
         "digits": (2, _int_range(1, 4)),
-        "ops": ("+-", lambda v: None if isinstance(v, str) and v and set(v) <= set("+-*") else "expected a non-empty subset of '+-*'"),
+        "ops": (
+            "+-",
+            lambda v: (
+                None if isinstance(v, str) and v and set(v) <= set("+-*") else "expected a non-empty subset of '+-*'"
+            ),
+        ),
     }
 
     def all_problems(self):
         d, ops = self.options["digits"], self.options["ops"]
-        n = 10 ** d
+        n = 10**d
         rng = random.Random(SPLIT_SEED + d)
         pairs = [(a, b) for a in range(n) for b in range(n)]
         if len(pairs) > 20000:  # 3-4 digits: a fixed sample of the space
@@ -117,10 +128,10 @@ def safe_eval(expr: str):
         if isinstance(node, ast.Constant) and isinstance(node.value, int):
             return node.value
         if isinstance(node, ast.BinOp) and isinstance(node.op, (ast.Add, ast.Sub, ast.Mult)):
-            l, r = ev(node.left), ev(node.right)
-            if l is None or r is None:
+            lhs, r = ev(node.left), ev(node.right)
+            if lhs is None or r is None:
                 return None
-            return l + r if isinstance(node.op, ast.Add) else l - r if isinstance(node.op, ast.Sub) else l * r
+            return lhs + r if isinstance(node.op, ast.Add) else lhs - r if isinstance(node.op, ast.Sub) else lhs * r
         return None
 
     return ev(tree)
@@ -148,8 +159,12 @@ class Countdown(Task):
                         continue
                     key = (nums, val)
                     if key not in seen:
-                        seen[key] = {"prompt": f"{' '.join(map(str, nums))} to {val}:", "answer": expr,
-                                     "numbers": list(nums), "target": val}
+                        seen[key] = {
+                            "prompt": f"{' '.join(map(str, nums))} to {val}:",
+                            "answer": expr,
+                            "numbers": list(nums),
+                            "target": val,
+                        }
         return [seen[k] for k in sorted(seen)]
 
     def verify(self, response, problem):
@@ -172,8 +187,9 @@ def _normalise(s: str) -> str:
 def _math_grader():
     """``evals.math_grader.grade_math`` (last \\boxed{} + math-verify) when installed, else None."""
     try:
-        from evals.math_grader import grade_math
         import math_verify  # noqa: F401  (the grader needs it)
+
+        from evals.math_grader import grade_math
     except Exception:
         return None
     return lambda response, gold: grade_math(response, gold).correct
@@ -230,7 +246,9 @@ def check_task(name: str, options: dict | None = None) -> None:
             raise ConfigError(f"task.options: a JSONL task takes no options, got {sorted(options)}")
         return
     if name not in TASKS:
-        raise ConfigError(f"task.name: {did_you_mean(name, TASKS.names(), 'task')}, or a path to a .jsonl file of {{prompt, answer}}")
+        raise ConfigError(
+            f"task.name: {did_you_mean(name, TASKS.names(), 'task')}, or a path to a .jsonl file of {{prompt, answer}}"
+        )
     cls = TASKS.get(name)
     _check_options(name, options or {}, cls.options_schema)
 

@@ -31,8 +31,9 @@ def build_char_tokenizer(chars: str = CHARS):
     tk.decoder = decoders.Fuse()
     # a caller that adds special tokens (``harness eval``'s engine) gets <bos> first, as the RL loop does
     tk.post_processor = processors.TemplateProcessing(single=f"{BOS} $A", special_tokens=[(BOS, vocab[BOS])])
-    return mark_exact(PreTrainedTokenizerFast(tokenizer_object=tk, pad_token=PAD, bos_token=BOS, eos_token=EOS,
-                                              unk_token=UNK))
+    return mark_exact(
+        PreTrainedTokenizerFast(tokenizer_object=tk, pad_token=PAD, bos_token=BOS, eos_token=EOS, unk_token=UNK)
+    )
 
 
 EXACT_KEY = "harness_tokenizer"

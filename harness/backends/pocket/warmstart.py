@@ -18,6 +18,7 @@ import torch
 
 from harness.config import RunConfig, config_hash
 from harness.io import atomic_save_torch
+
 from .generate import build_batch, generate, token_logprobs
 from .models import build_pocket_model
 
@@ -32,9 +33,19 @@ def cache_root(cfg: RunConfig) -> Path:
 def cache_key(cfg: RunConfig, vocab_size: int) -> str:
     ws = cfg.model.warm_start
     # v2: the fast forward path (harness/backends/pocket/fast.py) rounds differently from v1's HF forward
-    ident = {"size": cfg.model.name, "task": cfg.task.name, "options": cfg.task.options, "test_size": cfg.task.test_size,
-             "seed": cfg.seed, "warm_start": {k: getattr(ws, k) for k in ("target_acc", "max_steps", "batch_size", "lr", "check_every", "min_steps")},
-             "vocab": vocab_size, "max_new_tokens": cfg.train.max_new_tokens, "v": 2}
+    ident = {
+        "size": cfg.model.name,
+        "task": cfg.task.name,
+        "options": cfg.task.options,
+        "test_size": cfg.task.test_size,
+        "seed": cfg.seed,
+        "warm_start": {
+            k: getattr(ws, k) for k in ("target_acc", "max_steps", "batch_size", "lr", "check_every", "min_steps")
+        },
+        "vocab": vocab_size,
+        "max_new_tokens": cfg.train.max_new_tokens,
+        "v": 2,
+    }
     return f"{cfg.model.name}-{Path(cfg.task.name).stem}-s{cfg.seed}-{config_hash(ident)}"
 
 
@@ -52,8 +63,16 @@ def _file_lock(path: Path):
 @torch.no_grad()
 def sampled_accuracy(model, tok, task, problems, max_new_tokens, generator, temperature=1.0, greedy=False) -> float:
     prompts = [tok.encode_prompt(p["prompt"]) for p in problems]
-    b = generate(model, prompts, max_new_tokens=max_new_tokens, eos_id=tok.eos_id, pad_id=tok.pad_id,
-                 temperature=temperature, greedy=greedy, generator=generator)
+    b = generate(
+        model,
+        prompts,
+        max_new_tokens=max_new_tokens,
+        eos_id=tok.eos_id,
+        pad_id=tok.pad_id,
+        temperature=temperature,
+        greedy=greedy,
+        generator=generator,
+    )
     texts = [tok.decode(r[m.bool()]) for r, m in zip(b.responses, b.mask)]
     return sum(task.verify(t, p) for t, p in zip(texts, problems)) / len(problems)
 
@@ -70,13 +89,21 @@ def train_warm_start(cfg: RunConfig, tok, task, log=print) -> tuple[dict, dict]:
     acc, step, t0 = 0.0, 0, time.time()
     from tqdm.auto import tqdm
 
-    bar = tqdm(total=ws.max_steps, desc=f"warm start {cfg.model.name}/{Path(cfg.task.name).stem}", leave=False,
-               disable=not cfg.logging.progress, mininterval=1.0)
+    bar = tqdm(
+        total=ws.max_steps,
+        desc=f"warm start {cfg.model.name}/{Path(cfg.task.name).stem}",
+        leave=False,
+        disable=not cfg.logging.progress,
+        mininterval=1.0,
+    )
     while step < ws.max_steps:
         idx = torch.randint(len(pool), (ws.batch_size,), generator=g).tolist()
         probs = [pool[i] for i in idx]
-        batch = build_batch([tok.encode_prompt(p["prompt"]) for p in probs],
-                            [tok.encode_answer(task.sft_answer(p)) for p in probs], tok.pad_id)
+        batch = build_batch(
+            [tok.encode_prompt(p["prompt"]) for p in probs],
+            [tok.encode_answer(task.sft_answer(p)) for p in probs],
+            tok.pad_id,
+        )
         logp, _ = token_logprobs(model, batch)
         loss = -(logp.sum() / batch.mask.sum())
         opt.zero_grad(set_to_none=True)
