@@ -4,18 +4,19 @@ import json
 
 import pytest
 
-from harness.backends.pocket.trainer import make_generator, summary_from_metrics
+from harness.backends.pocket.trainer import make_generator
 from harness.io import append_jsonl, atomic_write_json, read_jsonl
+from harness.records import summarize_metrics
 
 
 def test_summary_means_over_first_and_last_tenth():
     rows = [{"step": i + 1, "entropy": float(i), "reward/mean": float(10 * i)} for i in range(25)]
-    s = summary_from_metrics(rows)  # 10% of 25 steps -> 2 steps each end
+    s = summarize_metrics(rows)  # 10% of 25 steps -> 2 steps each end
     assert s == {"entropy_start": 0.5, "entropy_end": 23.5, "reward_start": 5.0, "reward_end": 235.0}
-    one = summary_from_metrics(rows[:3])  # fewer than 10 steps -> one step each end
+    one = summarize_metrics(rows[:3])  # fewer than 10 steps -> one step each end
     assert one["entropy_start"] == 0.0 and one["entropy_end"] == 2.0
     rows[0].pop("entropy")  # a missing value is skipped, never counted as 0
-    assert summary_from_metrics(rows)["entropy_start"] == 1.0
+    assert summarize_metrics(rows)["entropy_start"] == 1.0
 
 
 def test_jsonl_survives_a_torn_last_line_and_nan_becomes_null(tmp_path):

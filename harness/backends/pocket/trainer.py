@@ -82,9 +82,6 @@ def deferred_interrupts(flag: dict):
             signal.signal(s, h)
 
 
-summary_from_metrics = summarize_metrics  # the one rule, harness/records.py
-
-
 class PocketTrainer:
     def __init__(self, cfg: RunConfig, run_dir: str | Path, log=print):
         self.cfg, self.run_dir, self.log = cfg, Path(run_dir), log
