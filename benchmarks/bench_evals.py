@@ -52,8 +52,7 @@ def bench_math(n: int, workers: int) -> dict:
     import resource
 
     import math_verify  # noqa: F401  (both sides need it: import outside the timings)
-
-    from evals.math_grader import grade_math, grade_math_many
+    from harness.evals.math_grader import grade_math, grade_math_many
 
     items = math_items(n)
     ch0, self0 = resource.getrusage(resource.RUSAGE_CHILDREN), resource.getrusage(resource.RUSAGE_SELF)
@@ -85,9 +84,9 @@ def bench_math(n: int, workers: int) -> dict:
 
 
 def bench_sandbox(n: int, workers: int) -> dict:
-    from evals.code_grader import grade_code_many
-    from evals.sandbox import Sandbox
-    from evals.suites import get_suite
+    from harness.evals.code_grader import grade_code_many
+    from harness.evals.sandbox import Sandbox
+    from harness.evals.suites import get_suite
 
     fx = Path(__file__).resolve().parents[1] / "evals" / "data" / "fixtures" / "humaneval_plus.jsonl"
     raw = [json.loads(line) for line in fx.read_text().splitlines()]
@@ -137,8 +136,8 @@ BATTERY = {
 
 def battery_table() -> str:
     """Run the hostile programs one by one with the default limits; a markdown table of the outcomes."""
-    from evals.code_grader import classify
-    from evals.sandbox import Sandbox
+    from harness.evals.code_grader import classify
+    from harness.evals.sandbox import Sandbox
 
     rows = ["| program | status | detail | wall (s) |", "|---|---|---|---|"]
     with Sandbox(workers=2) as sb:

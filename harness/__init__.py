@@ -10,6 +10,8 @@ New methods: subclass ``harness.Method`` in one file under methods/ and decorate
 ``@harness.register_method("name")``.
 """
 
+from pathlib import Path as _Path
+
 from harness.method import (
     ADVANTAGES,
     METHODS,
@@ -26,6 +28,14 @@ from harness.method import (
     register_method,
 )
 from harness.ops import entropy_from_logits
+
+# One import root: the repository keeps methods/, baselines/ and evals/ at its top (where users look for them), but
+# they are imported as harness.methods, harness.baselines and harness.evals, so installing this project adds no
+# generic top-level names (PyPI's `evals` would overwrite ours). A wheel maps the folders into harness/
+# (pyproject.toml, package-dir); a source tree or an editable install finds them next to this package.
+_REPO = _Path(__file__).resolve().parent.parent
+if (_REPO / "methods" / "__init__.py").is_file() and not (_Path(__file__).parent / "methods").exists():
+    __path__.append(str(_REPO))  # noqa: F821 (the package's own __path__)
 
 __all__ = [
     "ADVANTAGES",

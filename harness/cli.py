@@ -12,7 +12,7 @@ COMMAND_MODULES = [
     "harness.commands.train",
     "harness.commands.export",
     "harness.sweeps.cli",
-    "evals.cli",
+    "harness.evals.cli",
     "harness.results.cli",
     "harness.theory.cli",
 ]

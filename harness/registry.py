@@ -5,7 +5,7 @@ Built-in entries live in packages that are imported lazily on the first lookup (
 ``import harness`` stays cheap and a new method is one file that registers itself.
 
     from harness.registry import Registry
-    SUITES = Registry("suite", autoload=["evals.suites"])
+    SUITES = Registry("suite", autoload=["harness.evals.suites"])
 
     @SUITES.register("aime24")
     class Aime24: ...

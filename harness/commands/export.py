@@ -18,10 +18,10 @@ def export_run(run_dir: str | os.PathLike, out: str | os.PathLike) -> Path:
     import torch
     import yaml
 
-    from evals.pocket_suites import MODEL_SUITE_FILE
     from harness.backends.pocket import models
     from harness.backends.pocket.tokenizer import build_char_tokenizer
     from harness.config import load_config
+    from harness.evals.pocket_suites import MODEL_SUITE_FILE
     from harness.io import atomic_write_json, check_output_dir
     from harness.records import task_label
 

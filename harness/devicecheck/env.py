@@ -46,8 +46,8 @@ HARNESS_MODULES = (
     "harness.cli",
     "harness.sweeps.cli",
     "harness.sweeps.submit",
-    "evals.math_grader",
-    "evals.metrics",
+    "harness.evals.math_grader",
+    "harness.evals.metrics",
     "harness.results.table",
     "harness.backends.openrlhf.plugin",
 )

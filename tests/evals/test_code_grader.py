@@ -4,10 +4,9 @@ import json
 from pathlib import Path
 
 import pytest
-
-from evals.code_grader import build_job, detect_format, extract_code, grade_code_many, outputs_match
-from evals.sandbox import Limits, Sandbox
-from evals.suites import get_suite
+from harness.evals.code_grader import build_job, detect_format, extract_code, grade_code_many, outputs_match
+from harness.evals.sandbox import Limits, Sandbox
+from harness.evals.suites import get_suite
 
 FIX = Path(__file__).resolve().parents[2] / "evals" / "data" / "fixtures"
 
@@ -147,7 +146,7 @@ def test_kodcode_under_real_pytest_with_a_venv_interpreter():
     bound read-only, so even a python under root's 0700 home runs as the sandbox uid."""
     import sys
 
-    from evals.code_grader import build_job, classify
+    from harness.evals.code_grader import build_job, classify
 
     pytest.importorskip("numpy")
     row = get_suite("kodcode").load(fixtures=True)[1]

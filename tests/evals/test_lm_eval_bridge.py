@@ -17,7 +17,7 @@ def offline(monkeypatch):
 
 
 def test_committed_task_configs_are_current(tmp_path):
-    from evals.lm_eval_bridge import TASK_DIR, write_task_configs
+    from harness.evals.lm_eval_bridge import TASK_DIR, write_task_configs
 
     written = write_task_configs(tmp_path)
     assert len(written) == 11
@@ -30,9 +30,8 @@ def test_committed_task_configs_are_current(tmp_path):
 def test_our_suite_under_lm_eval_hf_model(tiny_model, tiny_data):
     pytest.importorskip("accelerate")
     import lm_eval
+    from harness.evals.lm_eval_bridge import TASK_DIR
     from lm_eval.tasks import TaskManager
-
-    from evals.lm_eval_bridge import TASK_DIR
 
     tm = TaskManager(include_path=str(TASK_DIR), metadata={"data_dir": str(tiny_data), "template": "raw"})
     res = lm_eval.simple_evaluate(
@@ -72,7 +71,7 @@ def test_lm_eval_through_our_engine_cli(tiny_model, tiny_data, tmp_path, capsys)
 
 
 def test_process_results_pass_at_k_unbiased(tmp_path):
-    from evals.lm_eval_bridge import process_results
+    from harness.evals.lm_eval_bridge import process_results
 
     doc = {"suite": "aime24", "payload": json.dumps({"id": "x", "answer": "25"})}
     r = process_results(doc, [["\\boxed{025}", "\\boxed{24}", "no", "\\boxed{25}"]])
@@ -82,8 +81,8 @@ def test_process_results_pass_at_k_unbiased(tmp_path):
 
 
 def test_loglikelihood_tasks_refused(tiny_model):
-    from evals.engines import HFEngine
-    from evals.lm_eval_bridge import harness_lm
+    from harness.evals.engines import HFEngine
+    from harness.evals.lm_eval_bridge import harness_lm
 
     lm = harness_lm(HFEngine(tiny_model))
     with pytest.raises(NotImplementedError, match="only generate"):
@@ -91,7 +90,7 @@ def test_loglikelihood_tasks_refused(tiny_model):
 
 
 def test_process_results_code_goes_through_the_sandbox():
-    from evals.lm_eval_bridge import load_docs, process_results
+    from harness.evals.lm_eval_bridge import load_docs, process_results
 
     docs = load_docs("humaneval_plus", fixtures=True)["test"]
     doc = docs[1]  # add(a, b)

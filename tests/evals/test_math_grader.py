@@ -6,7 +6,7 @@ import pytest
 
 pytest.importorskip("math_verify")
 
-from evals.math_grader import MathGraderPool, extract_last_boxed, grade_math, grade_math_many, normalize_answer
+from harness.evals.math_grader import MathGraderPool, extract_last_boxed, grade_math, grade_math_many, normalize_answer
 
 
 @pytest.mark.parametrize(

@@ -3,8 +3,7 @@
 import math
 
 import pytest
-
-from evals.metrics import majority_correct, mean_and_stderr, pass_at_k, summarize
+from harness.evals.metrics import majority_correct, mean_and_stderr, pass_at_k, summarize
 
 
 @pytest.mark.parametrize(
@@ -73,7 +72,7 @@ def test_summarize_greedy_and_errors():
 
 def test_maj_merges_equivalent_wrong_answers():
     pytest.importorskip("math_verify")
-    from evals.math_grader import merge_equivalent_answers
+    from harness.evals.math_grader import merge_equivalent_answers
 
     # gold 3: one correct sample; "1/2" and "0.5" are the same wrong answer -> that class (2) beats "3" (1)
     per = [

@@ -9,9 +9,8 @@ import time
 import uuid
 
 import pytest
-
-from evals.code_grader import classify, grade_code_many
-from evals.sandbox import Limits, Sandbox
+from harness.evals.code_grader import classify, grade_code_many
+from harness.evals.sandbox import Limits, Sandbox
 
 ROOT = os.geteuid() == 0
 needs_root = pytest.mark.skipif(not ROOT, reason="uid drop / chroot checks need root")

@@ -85,6 +85,6 @@ def test_smollm2_on_fixture_problems(tmp_path):
     assert len(graded) == 3 and all(g["response"].strip() for g in graded)
     assert res["engine"] == "hf" and res["model"] == model
     for g in graded:  # verdicts agree with the grader applied directly
-        from evals.math_grader import grade_math
+        from harness.evals.math_grader import grade_math
 
         assert g["correct"] == grade_math(g["response"], g["answer"]).correct

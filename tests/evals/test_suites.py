@@ -4,8 +4,7 @@ import gzip
 import json
 
 import pytest
-
-from evals.suites import SUITES, Protocol, get_suite, list_suites, resolve_suites
+from harness.evals.suites import SUITES, Protocol, get_suite, list_suites, resolve_suites
 
 PAPER_SUITES = [
     "aime24",
@@ -118,7 +117,7 @@ def test_duplicate_registration_refused():
 
 def test_pocket_suites_use_the_task_verifier():
     pytest.importorskip("harness.backends.pocket.tasks")
-    from evals.evaluate import score_suite
+    from harness.evals.evaluate import score_suite
 
     suite = resolve_suites("pocket_arith")[0]
     problems = suite.load(limit=3)

@@ -10,9 +10,9 @@ def test_vllm_engine_matches_hf(tiny_model, tiny_data, tmp_path):
     torch = pytest.importorskip("torch")
     if not torch.cuda.is_available():
         pytest.skip("no CUDA device")
-    from evals.engines import VLLMEngine
-    from evals.evaluate import evaluate
-    from evals.suites import get_suite
+    from harness.evals.engines import VLLMEngine
+    from harness.evals.evaluate import evaluate
+    from harness.evals.suites import get_suite
 
     engine = VLLMEngine(tiny_model, max_model_len=128, gpu_memory_utilization=0.3, chat=False)
     res = evaluate(

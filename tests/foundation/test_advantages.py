@@ -130,7 +130,7 @@ def test_prime_requires_process_inputs_and_groups_of_two():
 
 
 def test_prm_loss_is_bce_on_beta_times_summed_log_ratio():
-    from baselines.prime import prm_loss
+    from harness.baselines.prime import prm_loss
 
     prm = torch.tensor([[0.5, -1.0, 2.0], [1.0, 1.0, 7.0]], requires_grad=True)
     mask = torch.tensor([[1.0, 1, 1], [1, 1, 0]])

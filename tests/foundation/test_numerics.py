@@ -83,7 +83,7 @@ def test_prime_advantages_ignore_nan_padding():
     dirty = m.advantages(scores, groups, mask, prm_log_probs=nan_prm, ref_log_probs=nan_ref)
     assert torch.isfinite(dirty).all() and torch.equal(dirty, clean)
     assert clean.abs().sum() > 0
-    from baselines.prime import prm_loss
+    from harness.baselines.prime import prm_loss
 
     lp = nan_prm.clone().requires_grad_()
     loss = prm_loss(lp, nan_ref, mask, scores)

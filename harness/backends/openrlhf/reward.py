@@ -4,8 +4,8 @@ OpenRLHF loads this file by path inside each vLLM rollout actor and calls ``rewa
 labels)`` with one sample; it swallows exceptions silently (the sample then has no reward). So this function
 never raises: a grading error gives reward 0 and ``reward/grading_failures`` 1, which OpenRLHF logs as
 ``train/reward/grading_failures`` (the harness metrics.jsonl keeps it under the same key).
-Math (``openrlhf.reward: math``): evals.math_grader (last ``\\boxed{}`` + math-verify) in a killable worker
-process with a timeout; the label is the gold answer. Code (``openrlhf.reward: code``): evals.code_grader in the
+Math (``openrlhf.reward: math``): harness.evals.math_grader (last ``\\boxed{}`` + math-verify) in a killable worker
+process with a timeout; the label is the gold answer. Code (``openrlhf.reward: code``): harness.evals.code_grader in the
 evals sandbox; the label is a JSON object with the test fields of one of its formats (humaneval: ``test``,
 ``entry_point``; mbpp: ``test_list``; lcb: ``tests``, ``fn_name``; kodcode: ``test``), the response is graded.
 """
@@ -21,7 +21,7 @@ _POOL = None
 TIMEOUT_S = 10.0
 MISSING_EXTRA = (
     "math grading needs the eval extra: pip install 'entropy-harness[eval]' "
-    "(math-verify); evals.math_grader could not be imported"
+    "(math-verify); harness.evals.math_grader could not be imported"
 )
 
 
@@ -31,7 +31,7 @@ def _pool():
         try:
             import math_verify  # noqa: F401  (the eval extra)
 
-            from evals.math_grader import MathGraderPool
+            from harness.evals.math_grader import MathGraderPool
         except ImportError as e:
             raise ImportError(f"{MISSING_EXTRA}: {e}") from e
         _POOL = MathGraderPool(workers=1, timeout_s=TIMEOUT_S).__enter__()  # persistent worker
@@ -40,7 +40,7 @@ def _pool():
 
 _SANDBOX = None
 CODE_LABEL_HELP = (
-    "code labels must be JSON objects with the test fields of an evals.code_grader format "
+    "code labels must be JSON objects with the test fields of an harness.evals.code_grader format "
     "(humaneval: test, entry_point; mbpp: test_list; lcb: tests, fn_name; kodcode: test)"
 )
 
@@ -56,14 +56,14 @@ def reward_kind() -> str:
 def _sandbox():
     global _SANDBOX
     if _SANDBOX is None:
-        from evals.sandbox import Sandbox
+        from harness.evals.sandbox import Sandbox
 
         _SANDBOX = Sandbox(workers=1)
     return _SANDBOX
 
 
 def grade_code(response: str, label) -> dict:
-    from evals.code_grader import grade_code_many
+    from harness.evals.code_grader import grade_code_many
 
     item = json.loads(label) if isinstance(label, str) else label
     if not isinstance(item, dict):

@@ -185,11 +185,11 @@ def _normalise(s: str) -> str:
 
 
 def _math_grader():
-    """``evals.math_grader.grade_math`` (last \\boxed{} + math-verify) when installed, else None."""
+    """``harness.evals.math_grader.grade_math`` (last \\boxed{} + math-verify) when installed, else None."""
     try:
         import math_verify  # noqa: F401  (the grader needs it)
 
-        from evals.math_grader import grade_math
+        from harness.evals.math_grader import grade_math
     except Exception:
         return None
     return lambda response, gold: grade_math(response, gold).correct

@@ -447,7 +447,7 @@ class PocketTrainer:
     # ------------------------------------------------------------------------------------ evaluation
     @torch.no_grad()
     def evaluate(self, step: int) -> dict:
-        from evals.metrics import summarize
+        from harness.evals.metrics import summarize
 
         ec, cfg = self.cfg.eval, self.cfg
         t0 = time.time()

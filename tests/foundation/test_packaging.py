@@ -1,0 +1,78 @@
+"""One import root: the wheel installs only ``harness`` (methods/, baselines/ and evals/ mapped inside it), and the
+package list in pyproject.toml names every package folder, so a new sub-package cannot be left out of the wheel."""
+
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+import tomllib
+
+ROOT = Path(__file__).resolve().parents[2]
+MAPPED = {"methods": "harness.methods", "baselines": "harness.baselines", "evals": "harness.evals"}
+
+
+def _setuptools_config() -> dict:
+    return tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
+
+
+def _package_name(folder: Path) -> str:
+    rel = folder.relative_to(ROOT).parts
+    return ".".join((MAPPED[rel[0]].split(".") + list(rel[1:])) if rel[0] in MAPPED else rel)
+
+
+def test_the_package_list_names_every_package_folder_and_maps_the_three_top_folders_into_harness():
+    cfg = _setuptools_config()
+    on_disk = {
+        _package_name(init.parent)
+        for top in ["harness", *MAPPED]
+        for init in (ROOT / top).rglob("__init__.py")
+        if "__pycache__" not in init.parts
+    }
+    assert set(cfg["packages"]) == on_disk
+    assert cfg["package-dir"] == {v: k for k, v in MAPPED.items()}
+    assert all(name.split(".")[0] == "harness" for name in cfg["packages"])
+
+
+def test_the_three_folders_import_under_harness_only():
+    code = (
+        "import importlib.util as u, harness.methods.kl_cov, harness.evals.suites, harness.baselines.grpo;"
+        "print([u.find_spec(n) is None for n in ('methods', 'evals', 'baselines')])"
+    )
+    out = subprocess.run([sys.executable, "-c", code], cwd="/", capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.strip() == "[True, True, True]"
+
+
+def test_the_wheel_holds_one_top_level_package_with_the_mapped_folders_and_their_data(tmp_path):
+    pytest.importorskip("setuptools")
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "-q",
+            "--no-deps",
+            "--no-build-isolation",
+            "-w",
+            str(tmp_path),
+            str(ROOT),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert out.returncode == 0, out.stderr[-2000:]
+    (wheel,) = tmp_path.glob("*.whl")
+    names = zipfile.ZipFile(wheel).namelist()
+    assert {n.split("/")[0] for n in names if ".dist-info/" not in n} == {"harness"}
+    for path in (
+        "harness/methods/kl_cov.py",
+        "harness/baselines/prime.py",
+        "harness/evals/sandbox.py",
+        "harness/evals/data/fixtures/aime24.jsonl",
+        "harness/evals/lm_eval_tasks/harness_math500.yaml",
+    ):
+        assert path in names, path
