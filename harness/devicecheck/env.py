@@ -87,7 +87,7 @@ def probe_imports(names, timeout=300) -> dict:
 
 
 def probe_cli(timeout=120) -> dict:
-    """``python -m harness methods``: the CLI imports every command module at start (sweeps: submitit)."""
+    """``python -m harness methods``: every command module imports (submitit only on submit)."""
     cmd = [sys.executable] + (["-S"] if sys.flags.no_site else []) + ["-m", "harness", "methods"]
     try:
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, check=False)

@@ -19,10 +19,15 @@ import yaml
 from harness.io import atomic_write_text
 from harness.sweeps import cells as C
 from harness.sweeps.expand import Cell, expand
-from harness.sweeps.resources import EXECUTORS, check_executor, check_fits_executor, executor_parameters
+from harness.sweeps.resources import (
+    EXECUTORS,
+    check_executor,
+    check_fits_executor,
+    executor_parameters,
+    group_by_resources,
+)
 from harness.sweeps.spec import SweepSpec, load_spec
 from harness.sweeps.status import CellStatus, format_table, is_active, statuses, summary_line, sweep_status
-from harness.sweeps.submit import group_by_resources, submit_cells, wait_for
 
 ONLY_STATES = ("failed", "pending", "unknown")
 
@@ -123,6 +128,8 @@ def submission_lock(runs_dir: Path):
 def _submit(
     args: argparse.Namespace, spec: SweepSpec, cells: list[Cell], runs_dir: Path, commands: dict[str, str]
 ) -> int:
+    from harness.sweeps.submit import submit_cells, wait_for  # submitit: only when something is submitted
+
     existing = {c.id: st for c, st in zip(cells, _statuses_of(cells, runs_dir))}
     todo, skipped = select(cells, existing, args.only)
     for reason, names in skipped.items():

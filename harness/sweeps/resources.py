@@ -12,6 +12,7 @@ Keys (``resources.default`` and each ``resources.groups[i]``; units in the name)
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Mapping
 from typing import Any
@@ -160,3 +161,12 @@ def check_layout(config: Mapping, resources: Mapping, where: str) -> None:
                 f"{where}: openrlhf.{key} is {want} but its resources give {key}={resources.get(key)}; "
                 f"make them equal (resources.default or a resources.groups entry matching this cell)"
             )
+
+
+def group_by_resources(cells: list) -> list[tuple[dict, list]]:
+    """Cells with identical resources share one job array; groups keep the expansion order."""
+    groups: dict[str, tuple[dict, list]] = {}
+    for c in cells:
+        key = json.dumps(c.resources, sort_keys=True, default=str)
+        groups.setdefault(key, (c.resources, []))[1].append(c)
+    return list(groups.values())

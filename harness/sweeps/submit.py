@@ -11,7 +11,6 @@ A group that the scheduler refuses (sbatch error) marks its cells failed with th
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 import time
@@ -33,6 +32,7 @@ from harness.sweeps.resources import (
     check_fits_executor,
     executor_kwargs,
     executor_parameters,
+    group_by_resources,
     local_parallelism,
 )
 from harness.sweeps.status import STATES, counts, statuses
@@ -43,15 +43,6 @@ class SubmitReport:
     submitted: list[str] = field(default_factory=list)  # cell ids handed to the scheduler
     refused: dict[str, str] = field(default_factory=dict)  # cell id -> the scheduler's message
     job_ids: dict[str, str] = field(default_factory=dict)  # cell id -> job id of this submission
-
-
-def group_by_resources(cells: list[Cell]) -> list[tuple[dict, list[Cell]]]:
-    """Cells with identical resources share one job array; groups keep the expansion order."""
-    groups: dict[str, tuple[dict, list[Cell]]] = {}
-    for c in cells:
-        key = json.dumps(c.resources, sort_keys=True, default=str)
-        groups.setdefault(key, (c.resources, []))[1].append(c)
-    return list(groups.values())
 
 
 def make_executor(executor: str, folder: Path, resources: dict, name: str) -> submitit.AutoExecutor:

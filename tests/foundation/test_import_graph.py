@@ -79,3 +79,18 @@ def test_core_config_imports_no_backend():
     code = "import sys, harness.config; print(sorted(m for m in sys.modules if m.startswith('harness.backends')))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
+
+
+def test_the_cli_and_a_dry_run_sweep_work_without_submitit(tmp_path):
+    """The device machine and laptops without submitit can still list methods, train and plan a sweep; submitit is
+    imported only when cells are submitted."""
+    code = (
+        "import sys; sys.modules['submitit'] = None\n"
+        "from harness.cli import main\n"
+        "assert main(['methods']) == 0\n"
+        f"assert main(['sweep', {str(ROOT / 'sweeps' / 'quickstart.yaml')!r}, '--dry-run',"
+        f" '--runs-dir', {str(tmp_path / 'runs')!r}]) == 0\n"
+        "assert 'submitit' not in [m for m, v in sys.modules.items() if v is not None]\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]

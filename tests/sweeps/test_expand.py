@@ -6,7 +6,7 @@ import pytest
 
 from harness.config import load_config
 from harness.sweeps import expand, load_spec
-from harness.sweeps.submit import group_by_resources
+from harness.sweeps.resources import group_by_resources
 
 SWEEPS = Path(__file__).resolve().parents[2] / "sweeps"
 BASE = {"backend": "pocket", "method": {"name": "grpo"}, "model": {"name": "pocket-0.3m"}, "train": {"steps": 2}}
