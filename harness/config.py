@@ -261,6 +261,11 @@ def load_config(
         _check_can_update(cfg)
     if cfg.eval.top_p <= 0:
         raise ConfigError(f"eval.top_p: {cfg.eval.top_p} keeps no token; allowed: 0 < top_p <= 1")
+    if cfg.eval.temperature == 0 and cfg.eval.n_samples > 1:
+        raise ConfigError(
+            f"eval.n_samples: {cfg.eval.n_samples} at eval.temperature: 0 are identical greedy samples; "
+            f"set eval.n_samples: 1 (greedy accuracy is eval.greedy) or eval.temperature > 0"
+        )
     return cfg
 
 

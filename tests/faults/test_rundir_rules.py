@@ -59,6 +59,7 @@ def test_updates_threshold_is_half_the_expected_steps():
         (["train.samples_per_prompt=1", "train.dynamic_filtering=true"], "filters every group"),
         (["train.samples_per_prompt=1", "method.advantage=prime"], "needs at least 2 responses per prompt"),
         (["eval.top_p=0"], "eval.top_p: 0.0 keeps no token; allowed: 0 < top_p <= 1"),
+        (["eval.temperature=0", "eval.n_samples=4"], "eval.n_samples: 4 at eval.temperature: 0 are identical"),
     ],
 )
 def test_configs_that_can_never_update_or_evaluate_are_refused_in_dry_run(tmp_path, capsys, overrides, fragment):
