@@ -1,6 +1,7 @@
 """One import root: the wheel installs only ``harness`` (methods/, baselines/ and evals/ mapped inside it), and the
 package list in pyproject.toml names every package folder, so a new sub-package cannot be left out of the wheel."""
 
+import os
 import subprocess
 import sys
 import zipfile
@@ -35,12 +36,18 @@ def test_the_package_list_names_every_package_folder_and_maps_the_three_top_fold
     assert all(name.split(".")[0] == "harness" for name in cfg["packages"])
 
 
-def test_the_three_folders_import_under_harness_only():
+def test_the_three_folders_import_under_harness_only(tmp_path):
+    """Only the harness package on the path (as a user's site-packages would have it): the three folders import as
+    harness.*, and no top-level methods / evals / baselines exists."""
+    (tmp_path / "harness").symlink_to(ROOT / "harness")
     code = (
         "import importlib.util as u, harness.methods.kl_cov, harness.evals.suites, harness.baselines.grpo;"
         "print([u.find_spec(n) is None for n in ('methods', 'evals', 'baselines')])"
     )
-    out = subprocess.run([sys.executable, "-c", code], cwd="/", capture_output=True, text=True, timeout=120)
+    env = {**os.environ, "PYTHONPATH": str(tmp_path)}
+    out = subprocess.run(
+        [sys.executable, "-c", code], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120
+    )
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.strip() == "[True, True, True]"
 
