@@ -12,7 +12,6 @@ from dataclasses import dataclass
 from typing import Mapping
 
 import numpy as np
-from scipy import stats as _st
 
 CONF = 0.95
 
@@ -37,6 +36,14 @@ class Interval:
         return {"mean": f(self.mean), "ci95": f(self.half), "n": self.n}
 
 
+
+def _t_quantile(q: float, dof: float) -> float:
+    """Student-t quantile (scipy imported here, not at module import, so the CLI loads without it)."""
+    from scipy import stats
+
+    return stats.t.ppf(q, dof)
+
+
 def _finite(values) -> np.ndarray:
     v = np.asarray(list(values), dtype=float).ravel()
     return v[np.isfinite(v)]
@@ -51,7 +58,7 @@ def mean_ci(values, conf: float = CONF) -> Interval:
     mean = float(v.mean())
     if n < 2:
         return Interval(mean, math.nan, n)
-    half = float(_st.t.ppf((1 + conf) / 2, n - 1) * v.std(ddof=1) / math.sqrt(n))
+    half = float(_t_quantile((1 + conf) / 2, n - 1) * v.std(ddof=1) / math.sqrt(n))
     return Interval(mean, half, n)
 
 
@@ -87,7 +94,7 @@ def welch_diff(a, b, conf: float = CONF) -> Interval:
     if se == 0:
         return Interval(d, 0.0, n, paired=False)
     dof = (vx + vy) ** 2 / (vx ** 2 / (x.size - 1) + vy ** 2 / (y.size - 1))
-    return Interval(d, float(_st.t.ppf((1 + conf) / 2, dof) * se), n, paired=False)
+    return Interval(d, float(_t_quantile((1 + conf) / 2, dof) * se), n, paired=False)
 
 
 def difference(a: Mapping, b: Mapping, conf: float = CONF) -> Interval:

@@ -83,8 +83,8 @@ def test_environment_sees_the_bare_machine(report):
     assert env["packages"]["torch" if "torch" in env["packages"] else "yaml"]["ok"]
     for core in ("harness", "harness.runner", "harness.backends.pocket.trainer"):
         assert env["harness_modules"][core]["ok"], core
-    # the CLI works exactly when the sweep layer (submitit) imports: the report must agree with itself
-    assert env["cli"]["ok"] == env["harness_modules"]["harness.sweeps.cli"]["ok"]
+    # the CLI and the sweep layer load on the bare machine: submitit and scipy are imported only when used
+    assert env["cli"]["ok"] and env["harness_modules"]["harness.sweeps.cli"]["ok"], env["cli"]
     assert env["harness_modules"]["harness.sweeps.submit"]["ok"] == ("submitit" not in env["missing_packages"])
     assert env["torch"] and env["transformers"] and env["cuda_available"] in (True, False)
 
