@@ -52,6 +52,7 @@ def bench_math(n: int, workers: int) -> dict:
     import resource
 
     import math_verify  # noqa: F401  (both sides need it: import outside the timings)
+
     from harness.evals.math_grader import grade_math, grade_math_many
 
     items = math_items(n)

@@ -19,9 +19,9 @@ Differs from official: ties at the k-th entropy are broken by position (``torch.
 from __future__ import annotations
 
 import torch
-from harness.methods.ce_gppo import dual_clip
 
 from harness.method import Method, TokenLoss, hparam, ppo_clip_token_loss, register_method
+from harness.methods.ce_gppo import dual_clip
 from harness.selection import SCOPES, all_reduce_sum, distributed_active, top_k_mask
 
 

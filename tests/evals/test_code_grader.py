@@ -4,6 +4,7 @@ import json
 from pathlib import Path
 
 import pytest
+
 from harness.evals.code_grader import build_job, detect_format, extract_code, grade_code_many, outputs_match
 from harness.evals.sandbox import Limits, Sandbox
 from harness.evals.suites import get_suite

@@ -30,8 +30,9 @@ def test_committed_task_configs_are_current(tmp_path):
 def test_our_suite_under_lm_eval_hf_model(tiny_model, tiny_data):
     pytest.importorskip("accelerate")
     import lm_eval
-    from harness.evals.lm_eval_bridge import TASK_DIR
     from lm_eval.tasks import TaskManager
+
+    from harness.evals.lm_eval_bridge import TASK_DIR
 
     tm = TaskManager(include_path=str(TASK_DIR), metadata={"data_dir": str(tiny_data), "template": "raw"})
     res = lm_eval.simple_evaluate(

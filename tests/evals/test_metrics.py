@@ -3,6 +3,7 @@
 import math
 
 import pytest
+
 from harness.evals.metrics import majority_correct, mean_and_stderr, pass_at_k, summarize
 
 

@@ -9,6 +9,7 @@ import time
 import uuid
 
 import pytest
+
 from harness.evals.code_grader import classify, grade_code_many
 from harness.evals.sandbox import Limits, Sandbox
 

@@ -4,6 +4,7 @@ import gzip
 import json
 
 import pytest
+
 from harness.evals.suites import SUITES, Protocol, get_suite, list_suites, resolve_suites
 
 PAPER_SUITES = [

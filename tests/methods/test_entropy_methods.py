@@ -4,9 +4,9 @@ import math
 
 import pytest
 import torch
-from harness.methods.high_entropy_tokens import n_top
 
 import harness
+from harness.methods.high_entropy_tokens import n_top
 
 TM = 1e-7  # token-mean divides by N + 1e-8 (verl's masked mean)
 
