@@ -59,7 +59,8 @@ def top_k_mask(values: torch.Tensor, k: int, active: bool) -> torch.Tensor:
     if pool.numel() == 0:
         return chosen
     kk = min(k, pool.numel())
-    threshold = torch.topk(pool, kk).values[-1]
+    # one rank's topk is already sorted (descending); a gathered pool needs its own
+    threshold = torch.topk(pool, kk).values[-1] if active else pool[kk - 1]
     above = values > threshold
     ties = values == threshold
     counts = torch.stack([above.sum(), ties.sum()]).to(torch.long)
