@@ -193,3 +193,102 @@ def test_patched_compute_replaces_advantages_and_logs_cov_term(configure):
     a = torch.cat([e.advantages[e.action_mask] for e in exps])
     lp = torch.cat([e.action_log_probs[e.action_mask] for e in exps])
     assert cov == pytest.approx(float(((a - a.mean()) * (lp - lp.mean())).mean()), rel=1e-5)
+
+
+@pytest.mark.parametrize("eps,scale", [((3e-4, 4e-4), 1e-3), ((0.2, 0.28), 1.0)])
+def test_gspo_equals_native_gspo(eps, scale, configure):
+    """Our gspo (level sequence, seq-mean-token-mean) = OpenRLHF's ``PolicyLoss(policy_loss_type="gspo")``: the
+    same geometric-mean ratio per response (no log-ratio clamp in either), clip, ``-min(surr1, surr2)``, seq-mean
+    normaliser, clip ratio and KL. The log-ratios are scaled so that some sequences are clipped and some are not
+    at each eps (the paper's 3e-4/4e-4 and 0.2/0.28): the gradient through the sequence ratio is compared."""
+    from openrlhf.models.loss import PolicyLoss
+
+    from harness.backends.openrlhf.plugin import make_policy_loss_class
+
+    configure({"name": "gspo", "eps_low": eps[0], "eps_high": eps[1]})
+    norms = {"dp_size": 2, "batch_num_tokens": torch.tensor(57.0), "global_batch_size": torch.tensor(11.0)}
+    kwargs = dict(clip_eps_low=eps[0], clip_eps_high=eps[1], token_level_loss=False, policy_loss_type="gspo")
+    lp, old, adv, mask, _ = _tensors(seed=4)
+    lp_small = (old + (lp.detach() - old) * scale).requires_grad_(True)
+    ref, ref_clip, ref_kl, *_ = PolicyLoss(**kwargs)(lp_small, old, adv, action_mask=mask, **norms)
+    (ref_grad,) = torch.autograd.grad(ref, lp_small)
+    lp2 = lp_small.detach().clone().requires_grad_(True)
+    ours, clip, kl, *_ = make_policy_loss_class(PolicyLoss)(**kwargs)(lp2, old, adv, action_mask=mask, **norms)
+    (grad,) = torch.autograd.grad(ours, lp2)
+    torch.testing.assert_close(ours, ref, rtol=1e-5, atol=1e-7)
+    torch.testing.assert_close(grad, ref_grad, rtol=1e-5, atol=1e-8)
+    torch.testing.assert_close(clip, ref_clip, rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(kl, ref_kl, rtol=1e-5, atol=1e-6)
+    assert 0 < float(ref_clip) < 1 and float(grad.abs().sum()) > 0  # both branches occur: the test can fail
+
+
+def test_native_gspo_forces_seq_mean_so_token_mean_gspo_is_ours_alone():
+    """Why gspo with ``agg: token-mean`` launches as ``ppo`` (our loss): OpenRLHF's gspo overrides
+    ``token_level_loss`` to seq-mean-token-mean, a different number on ragged responses."""
+    from openrlhf.models.loss import PolicyLoss
+
+    import harness
+
+    lp, old, adv, mask, _ = _tensors(seed=4)
+    native = PolicyLoss(0.2, 0.28, token_level_loss=True, policy_loss_type="gspo")
+    assert native.token_level_loss is False
+    value = native(lp, old, adv, action_mask=mask)[0]
+    ours = harness.get_method("gspo", eps_low=0.2, eps_high=0.28, agg="token-mean").policy_loss(lp, old, adv, mask)
+    seq = harness.get_method("gspo", eps_low=0.2, eps_high=0.28).policy_loss(lp, old, adv, mask)
+    torch.testing.assert_close(seq.loss, value, rtol=1e-5, atol=1e-7)
+    assert abs(float((ours.loss - value).detach())) > 1e-4
+
+
+def _top_entropy(ent, mask, rho=0.2):
+    """The official selection by hand: the k = max(1, int(n rho + 0.9999)) highest-entropy valid tokens."""
+    n = int(mask.sum())
+    k = max(1, int(n * rho + 0.9999))
+    flat = ent.detach().masked_fill(mask == 0, -float("inf")).flatten()
+    chosen = torch.zeros_like(flat, dtype=torch.bool)
+    chosen[flat.topk(k).indices] = True
+    return chosen.view(mask.shape), k, n
+
+
+@pytest.mark.parametrize("normalize", ["selected", "all"])
+def test_high_entropy_tokens_is_builtin_dapo_loss_on_the_top_tokens(normalize, configure):
+    """high_entropy_tokens through the plug-in = OpenRLHF's own PolicyLoss (0.2/0.28, dual-clip 10) whose
+    action_mask is the top-20% entropy tokens, normalised by the selected tokens (official) or all (paper)."""
+    from openrlhf.models.loss import PolicyLoss
+
+    from harness.backends.openrlhf.plugin import STATE, make_policy_loss_class
+
+    configure({"name": "high_entropy_tokens", "normalize": normalize})
+    lp, old, adv, mask, ent = _tensors(seed=6)
+    chosen, k, n = _top_entropy(ent, mask)
+    denominator = torch.tensor(float(k if normalize == "selected" else n))
+    builtin = PolicyLoss(0.2, 0.28, dual_clip=10.0)
+    ref = builtin(lp, old, adv, action_mask=chosen.float(), batch_num_tokens=denominator)[0]
+    (ref_grad,) = torch.autograd.grad(ref, lp)
+
+    lp2 = lp.detach().clone().requires_grad_(True)
+    STATE.entropy = ent.detach()
+    try:
+        out = make_policy_loss_class(PolicyLoss)(0.2, 0.28)(
+            lp2, old, adv, action_mask=mask, dp_size=1, batch_num_tokens=mask.sum(), global_batch_size=None
+        )
+    finally:
+        STATE.entropy = None
+    (grad,) = torch.autograd.grad(out[0], lp2)
+    torch.testing.assert_close(out[0], ref, rtol=1e-5, atol=1e-7)
+    torch.testing.assert_close(grad, ref_grad, rtol=1e-5, atol=1e-8)
+    assert int((grad != 0).sum()) <= k < int(mask.sum())  # gradient only on the selected tokens
+
+
+def test_w_reinforce_advantages_through_the_patched_maker(configure):
+    """The patched compute_advantages_and_returns (launched as OpenRLHF's baseline-free `reinforce`) gives
+    W-REINFORCE's advantages: +0.1 on every token of a correct response, -1 on a wrong one, no whitening."""
+    from harness.backends.openrlhf import hook
+
+    configure({"name": "w_reinforce"})
+    hook.install()
+    import openrlhf.trainer.ppo_utils.experience_maker as em
+
+    exps = em.RemoteExperienceMaker.compute_advantages_and_returns(_maker("reinforce", 4), _experiences())
+    for e, fresh in zip(exps, _experiences()):
+        want = torch.where(fresh.rewards == 1, 0.1, -1.0)[:, None] * fresh.action_mask
+        torch.testing.assert_close(e.advantages, want)

@@ -57,23 +57,29 @@ def config(method, **train):
     }
 
 
-EXPECTED = {  # method -> (estimator, eps low/high, entropy_coef, loss_agg_mode)
+EXPECTED = {  # methods with native OpenRLHF flags -> (estimator, eps low/high, entropy_coef, loss_agg_mode)
     "grpo": ("group_norm", (0.2, 0.2), 0.0, "token-mean"),
     "rloo": ("rloo", (0.2, 0.2), 0.0, "token-mean"),
     "clip_higher": ("group_norm", (0.2, 0.28), 0.0, "token-mean"),
     "entropy_bonus": ("group_norm", (0.2, 0.2), 1e-3, "token-mean"),
     "clip_cov": ("group_norm", (1.0, 1.0), 0.0, "token-mean"),
     "kl_cov": ("group_norm", (0.2, 0.2), 0.0, "token-mean"),
+    "gspo": ("group_norm", (3e-4, 4e-4), 0.0, "seq-mean-token-mean"),
 }
+LOSS_TYPE = {"gspo": "gspo"}  # --actor.policy_loss_type (else ppo)
 
 
-PLUGGED = ("ce_gppo", "cispo", "gspo", "sapo")  # losses our PolicyLoss plug-in computes; group_norm advantages
+PLUGGED = {  # losses / estimators our plug-in computes -> the built-in estimator flag the command shows
+    "ce_gppo": "group_norm",
+    "cispo": "group_norm",
+    "sapo": "group_norm",
+    "high_entropy_tokens": "group_norm",
+    "adaptive_entropy": "group_norm",
+    "w_reinforce": "reinforce",
+}
 REFUSED = {  # method -> what the one-line refusal at config load names
     "prime": "auxiliary model",
-    "adaptive_entropy": "carries state across steps",
     "entropy_advantage": "rollout's entropy",
-    "high_entropy_tokens": "needs the entropy",
-    "w_reinforce": "not supported on the OpenRLHF backend",
 }
 
 
@@ -81,12 +87,13 @@ def test_every_method_is_covered_or_refused():
     assert set(EXPECTED) | set(PLUGGED) | set(REFUSED) == set(harness.list_methods())
 
 
-@pytest.mark.parametrize("name", PLUGGED)
+@pytest.mark.parametrize("name", sorted(PLUGGED))
 def test_plugged_losses_parse_upstream(name, monkeypatch, tmp_path):
     plan = build_plan(config({"name": name}), tmp_path / "run")
     args = upstream_args(plan.argv, monkeypatch)
-    assert args.algo.advantage.estimator == "group_norm"
-    assert args.actor.entropy_coef == 0.0
+    assert args.algo.advantage.estimator == PLUGGED[name]
+    assert args.actor.entropy_coef == 0.0  # entropy returned by the training forward (a bonus only in our loss)
+    assert args.actor.policy_loss_type == "ppo"
 
 
 @pytest.mark.parametrize("name", sorted(REFUSED))
@@ -106,6 +113,7 @@ def test_flags_parse_and_validate_upstream(name, monkeypatch, tmp_path):
     assert tuple(args.actor.eps_clip_low_high) == pytest.approx(eps)
     assert args.actor.entropy_coef == pytest.approx(coef)
     assert args.actor.loss_agg_mode == agg
+    assert args.actor.policy_loss_type == LOSS_TYPE.get(name, "ppo")
     assert args.critic.model_name_or_path is None  # no critic for group estimators
     assert args.algo.kl.init_coef == 0.0
     assert args.rollout.batch_size == 8 and args.rollout.n_samples_per_prompt == 4
@@ -138,3 +146,28 @@ def test_upstream_rejects_a_bad_flag_so_the_check_can_fail(monkeypatch, tmp_path
     argv = build_plan(config({"name": "grpo"}), tmp_path).argv + ["--algo.advantage.estimator", "nope"]
     with pytest.raises(SystemExit):
         upstream_args(argv, monkeypatch)
+
+
+@pytest.mark.parametrize("change", [{"level": "token"}, {"agg": "token-mean"}])
+def test_gspo_variants_openrlhf_lacks_launch_as_ppo_with_our_loss(change, monkeypatch, tmp_path):
+    """Native GSPO only where it equals ours (sequence level, seq-mean-token-mean; OpenRLHF's gspo forces
+    that aggregation): GSPO-token or another agg launch as ppo and our plug-in computes the loss."""
+    args = upstream_args(build_plan(config({"name": "gspo", **change}), tmp_path).argv, monkeypatch)
+    assert args.actor.policy_loss_type == "ppo"
+    assert args.actor.loss_agg_mode == change.get("agg", "seq-mean-token-mean")
+
+
+def test_no_entropy_logging_still_returns_the_entropy_a_method_needs(tmp_path):
+    cfg = config({"name": "high_entropy_tokens"})
+    cfg["openrlhf"]["log_entropy"] = False
+    argv = build_plan(cfg, tmp_path).argv
+    assert argv[argv.index("--actor.entropy_coef") + 1] == "0"
+
+
+def test_stateful_method_needs_the_rollout_entropy(tmp_path):
+    from harness.backends.openrlhf.options import OpenRLHFConfigError
+
+    cfg = config({"name": "adaptive_entropy"})
+    cfg["openrlhf"]["log_entropy"] = False
+    with pytest.raises(OpenRLHFConfigError, match="log_entropy: true"):
+        build_plan(cfg, tmp_path)

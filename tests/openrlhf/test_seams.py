@@ -65,3 +65,30 @@ def test_seams():
     src = inspect.getsource(step)
     assert "self.actor_loss_fn(" in src and "experience.info.items()" in src  # metrics plumbing we rely on
     assert "self.args.actor.entropy_coef != 0" in src  # the bonus switch we toggle
+
+
+def test_checkpoint_seams():
+    """The policy's DeepSpeed checkpoint carries our state: PolicyModelActor passes client_states to
+    strategy.save_ckpt under <ckpt.path>/_actor and restores it through strategy.load_ckpt at init."""
+    import openrlhf.trainer.ray.ppo_actor as ppo_actor
+    from openrlhf.utils.deepspeed.deepspeed import DeepspeedStrategy
+
+    def original(fn):
+        return getattr(fn, "__wrapped_original__", fn)
+
+    assert _params(original(DeepspeedStrategy.save_ckpt))[:7] == [
+        "self",
+        "model",
+        "save_dir",
+        "tag",
+        "max_num",
+        "max_mem",
+        "client_state",
+    ]
+    assert _params(original(DeepspeedStrategy.load_ckpt))[:3] == ["self", "model", "load_dir"]
+    actor_cls = ppo_actor.PolicyModelActor.__ray_actor_class__
+    save_src = inspect.getsource(actor_cls.save_checkpoint)
+    assert 'os.path.join(args.ckpt.path, "_actor")' in save_src and "client_states" in save_src
+    init_src = inspect.getsource(actor_cls.init_model_from_pretrained)
+    assert 'ckpt_path = os.path.join(args.ckpt.path, "_actor")' in init_src
+    assert "strategy.load_ckpt(self.actor.model, ckpt_path)" in init_src

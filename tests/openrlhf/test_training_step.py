@@ -28,6 +28,8 @@ def _norms(exp, dp=1):
         ({"name": "clip_cov", "clip_ratio": 0.1, "cov_lb": -10.0, "cov_ub": 10.0}, 0.0),
         ({"name": "entropy_bonus", "coef": 0.05}, 0.05),
         ({"name": "grpo"}, None),
+        ({"name": "high_entropy_tokens"}, 0.0),
+        ({"name": "adaptive_entropy", "coef_init": 0.01}, 0.0),
     ],
 )
 def test_training_step_runs_our_method(method, coef, configure, make_trainer):
@@ -49,6 +51,11 @@ def test_training_step_runs_our_method(method, coef, configure, make_trainer):
         per_sample = metrics["harness/selected_per_sample"]
         assert per_sample.shape == (4,)
         assert float(per_sample.sum()) == pytest.approx(frac * float(exp.action_mask.sum()))
+    if method["name"] == "high_entropy_tokens":  # k = ceil(0.2 n) of the micro-batch's n valid tokens
+        n = int(exp.action_mask.sum())
+        assert float(metrics["selected/frac"]) == pytest.approx(max(1, int(n * 0.2 + 0.9999)) / n)
+    if method["name"] == "adaptive_entropy":
+        assert float(metrics["adaptive_entropy/coef_realized"]) == pytest.approx(0.01)
     if coef is not None:
         assert metrics["harness/entropy"].shape == (4,)
         assert 3.0 < float(metrics["harness/entropy"].mean()) < 4.3  # ~ln 64 for a random model
@@ -255,3 +262,40 @@ def test_reference_model_forwards_are_not_taken_for_the_policy(configure, make_t
     with torch.no_grad():
         ref(exp.sequences.cpu(), exp.action_mask.cpu(), exp.attention_mask.cpu())
     assert plugin.STATE.rollout_entropy == {}
+
+
+def test_global_plan_with_entropy_is_independent_of_micro_batching(configure, make_trainer):
+    """high_entropy_tokens, scope global: the planner's extra forward also returns the current policy's entropy;
+    the plan over 2x3 or 3x2 micro-batches equals the top-20% tokens of OpenRLHF's compute_entropy over all 6."""
+    import openrlhf.trainer.ray.ppo_actor as ppo_actor
+    from openrlhf.models.utils import compute_entropy
+    from openrlhf.trainer.ppo_utils.experience import Experience
+
+    from harness.backends.openrlhf import plugin
+
+    configure({"name": "high_entropy_tokens", "scope": "global"})
+    trainer = make_trainer(trainer_args())
+    plugin.STATE.trainer = trainer
+    full = make_experience(batch=6, seed=4)
+    with torch.no_grad():
+        _, out = trainer.actor(full.sequences, full.action_mask, attention_mask=full.attention_mask, return_output=True)
+    ent = compute_entropy(out["logits"][:, :-1])[:, -full.action_mask.shape[1] :]
+    n = int(full.action_mask.sum())
+    k = max(1, int(n * 0.2 + 0.9999))
+    flat = ent.masked_fill(~full.action_mask.bool(), -float("inf")).flatten()
+    expected = torch.zeros_like(flat, dtype=torch.bool)
+    expected[flat.topk(k).indices] = True
+    for rows in ([slice(0, 2), slice(2, 4), slice(4, 6)], [slice(0, 3), slice(3, 6)]):
+        micro = [
+            Experience(
+                sequences=full.sequences[r],
+                attention_mask=full.attention_mask[r],
+                action_mask=full.action_mask[r],
+                action_log_probs=full.action_log_probs[r],
+                advantages=full.advantages[r],
+                info={},
+            )
+            for r in rows
+        ]
+        list(ppo_actor.iter_grad_accum_global_norm(iter(micro), trainer.strategy, len(micro), lambda e: e.action_mask))
+        assert torch.equal(torch.cat([e._harness_selected for e in micro]).flatten(), expected)

@@ -76,7 +76,6 @@ def test_openrlhf_accepts_or_refuses_each_combination_at_load_time(name, adv):
     reasons = {  # capability -> a phrase the refusal must contain
         "auxiliary model": m.auxiliary_model() is not None,
         "rollout's entropy": "entropy" in m.estimator_extras(),
-        "carries state across steps": m.has_step_state,
     }
     try:
         load_config(_openrlhf_cfg(name, adv))

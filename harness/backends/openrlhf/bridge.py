@@ -26,6 +26,7 @@ RENAMES = {
     "time/update": ("timing/ppo_train",),
 }
 PASS_PREFIXES = ("cov/", "selected/", "kl_cov/", "reward/")
+PASS_KEYS = ("rollout/neg_logprob", "entropy/rollout_token_mean")  # the step's rollout measures (plugin)
 
 
 def _number(v):
@@ -59,7 +60,7 @@ def to_harness_metrics(
         value = _number(value)
         if value is None or key in used:
             continue
-        if key.startswith(prefixes):
+        if key.startswith(prefixes) or key in PASS_KEYS:
             row[key] = value
         else:
             row[f"openrlhf/{key}"] = value

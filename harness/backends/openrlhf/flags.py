@@ -22,9 +22,13 @@ HOOK = "harness.backends.openrlhf.hook.install"
 REWARD_FILE = str(Path(__file__).with_name("reward.py"))
 EXTRA = "pip install 'entropy-harness[openrlhf]' (GPU: also vllm==0.29.0 and flash-attn==2.8.3, or the [gpu] extra)"
 
-ESTIMATORS = {"grpo": "group_norm", "rloo": "rloo"}  # harness advantage -> OpenRLHF built-in base estimator
+# harness advantage -> the closest OpenRLHF built-in estimator (the printed command's reading; the plugin
+# replaces the advantages with the method's): W-REINFORCE has no baseline, like OpenRLHF's `reinforce`
+ESTIMATORS = {"grpo": "group_norm", "rloo": "rloo", "w_reinforce": "reinforce"}
 ORL_EXTRAS: tuple[str, ...] = ()  # advantage-estimator extras this backend produces
-BUILTIN_EQUIVALENT = ("grpo", "rloo", "clip_higher", "entropy_bonus")
+BUILTIN_EQUIVALENT = ("grpo", "rloo", "clip_higher", "entropy_bonus", "gspo")
+# method -> (OpenRLHF --actor.policy_loss_type, when the method equals it); tests/openrlhf/test_agreement.py
+NATIVE_LOSS = {"gspo": ("gspo", lambda m: m.level == "sequence" and m.agg == "seq-mean-token-mean")}
 from harness.backends.openrlhf.options import (  # noqa: E402,F401  (re-exported: the launcher's names)
     REWARDS,
     OpenRLHFConfigError,
@@ -97,16 +101,12 @@ def method_flags(method, opts: OpenRLHFOptions) -> list[str]:
             f"method.advantage: {method.advantage!r} needs the rollout's {', '.join(rollout_extras)} per token, which "
             f"the OpenRLHF backend does not pass to the advantage estimator yet. Run it with backend: pocket."
         )
-    if method.has_step_state:
+    if method.has_step_state and not opts.log_entropy:
         raise OpenRLHFConfigError(
-            f"method {method.name} carries state across steps (on_step_end), which the OpenRLHF backend does not "
-            f"feed back to its policy workers yet. Run it with backend: pocket."
+            f"method {method.name} carries state across steps and reads each step's rollout entropy, which the "
+            f"OpenRLHF backend measures only with openrlhf.log_entropy: true"
         )
-    if method.advantage not in ESTIMATORS:
-        raise OpenRLHFConfigError(
-            f"method.advantage: {method.advantage!r} is not supported on the OpenRLHF backend. "
-            f"Allowed: {', '.join(ESTIMATORS)}"
-        )
+    estimator = base_estimator(method)
     from harness.ops import GLOBAL_NORMALISED_MODES as AGG_MODES  # what OpenRLHF's aggregate_loss implements
 
     if method.agg not in AGG_MODES:
@@ -114,31 +114,41 @@ def method_flags(method, opts: OpenRLHFOptions) -> list[str]:
             f"method.agg: {method.agg!r} is not supported on the OpenRLHF backend (its "
             f"aggregate_loss has no such mode). Allowed: {', '.join(AGG_MODES)}"
         )
-    estimator = ESTIMATORS[method.advantage]
-    if method.advantage == "grpo" and not method.std_normalize:
-        estimator = "dr_grpo"
+    loss_type, native = NATIVE_LOSS.get(method.name, ("ppo", None))
     flags = [
         "--algo.advantage.estimator",
         estimator,
         "--actor.policy_loss_type",
-        "ppo",
+        loss_type if native is None or native(method) else "ppo",
         "--actor.eps_clip_low_high",
         _num(float(method.eps_low)),
         _num(float(method.eps_high)),
         "--actor.loss_agg_mode",
         method.agg,
     ]
+    # any entropy_coef (even 0) makes OpenRLHF's training forward return the differentiable entropy the plugin
+    # hands to the loss; an entropy bonus shows its coefficient (the plugin zeroes upstream's term per step)
     coef = getattr(method, "coef", None) if method.needs_entropy else None
-    if coef is not None:
-        flags += ["--actor.entropy_coef", _num(float(coef))]
-    elif method.needs_entropy:
-        raise OpenRLHFConfigError(
-            f"method {method.name} needs the entropy but has no 'coef'; the OpenRLHF backend "
-            f"only knows the entropy bonus form (loss -= coef * entropy)"
-        )
-    elif opts.log_entropy:
+    if isinstance(coef, float):
+        flags += ["--actor.entropy_coef", _num(coef)]
+    elif method.needs_entropy or opts.log_entropy:
         flags += ["--actor.entropy_coef", "0"]
     return flags
+
+
+def base_estimator(method) -> str:
+    """The OpenRLHF ``--algo.advantage.estimator`` closest to the method's estimator (``base`` for one that
+    shapes another estimator's advantages, e.g. entropy_advantage)."""
+    options = method.estimator_options()
+    name = method.advantage if method.advantage in ESTIMATORS else options.get("base")
+    if name not in ESTIMATORS:
+        raise OpenRLHFConfigError(
+            f"method.advantage: {method.advantage!r} is not supported on the OpenRLHF backend. "
+            f"Allowed: {', '.join(ESTIMATORS)} (or an estimator shaping one of them)"
+        )
+    if name == "grpo" and not options.get("std_normalize", True):
+        return "dr_grpo"
+    return ESTIMATORS[name]
 
 
 def build_plan(config, run_dir: str | os.PathLike) -> LaunchPlan:

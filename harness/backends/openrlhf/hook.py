@@ -20,6 +20,7 @@ TARGETS = {
     "openrlhf.trainer.ppo_utils.experience_maker": "harness.backends.openrlhf.plugin:patch_experience_maker",
     "openrlhf.trainer.ppo_trainer": "harness.backends.openrlhf.plugin:patch_ppo_trainer",
     "openrlhf.models.actor": "harness.backends.openrlhf.plugin:patch_actor_model",
+    "openrlhf.utils.deepspeed.deepspeed": "harness.backends.openrlhf.plugin:patch_strategy",
 }
 PATCHED_FLAG = "__harness_patched__"
 

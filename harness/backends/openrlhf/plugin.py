@@ -205,10 +205,16 @@ def patch_ppo_actor(module) -> None:
 
     def ppo_train(self, kl_ctl):
         STATE.trainer = self
+        m = method()
+        stats = rollout_stats(self.replay_buffer.items) if m.has_step_state else None
         try:
-            return orig_train(self, kl_ctl)
+            status = orig_train(self, kl_ctl)
         finally:
             STATE.rollout_step += 1
+        if stats is not None:  # every rank holds the same all-reduced stats, so every rank's state agrees
+            status = {**status, **stats}
+            m.on_step_end({"step": STATE.rollout_step, **status})  # the pocket row's 1-based step
+        return status
 
     training_step.__wrapped_original__, ppo_train.__wrapped_original__ = orig_step, orig_train
     __init__.__wrapped_original__ = orig_init
@@ -223,6 +229,35 @@ def patch_ppo_actor(module) -> None:
 
     append.__wrapped_original__ = orig_append
     buffer_cls.append = append
+
+
+def rollout_stats(items) -> dict[str, float]:
+    """The step's rollout measures an adaptive method reads (the pocket backend's keys), over every DP rank:
+    ``rollout/neg_logprob`` = -token-mean old log-prob and ``entropy/rollout_token_mean`` = the token-mean
+    entropy of the old-log-prob pass (each row's mean weighted by its tokens; missing if not measured)."""
+    import torch
+    import torch.distributed as dist
+
+    sums = torch.zeros(4, dtype=torch.float64)  # sum log-prob, tokens, sum entropy, tokens with entropy
+    for item in items:
+        m = item.action_mask.detach().cpu().double()
+        n = m.sum()
+        sums[0] += (item.action_log_probs.detach().cpu().double() * m).sum()
+        sums[1] += n
+        ent = item.info.get("harness/entropy_rollout")
+        if ent is not None and bool(torch.isfinite(torch.as_tensor(ent))):
+            sums[2] += float(ent) * n
+            sums[3] += n
+    if dist.is_available() and dist.is_initialized():
+        device = torch.cuda.current_device() if torch.cuda.is_available() else "cpu"
+        sums = sums.to(device)
+        dist.all_reduce(sums)
+        sums = sums.cpu()
+    lp, n, ent, n_ent = sums.tolist()
+    out = {"rollout/neg_logprob": -lp / n} if n else {}
+    if n_ent:
+        out["entropy/rollout_token_mean"] = ent / n_ent
+    return out
 
 
 def patch_actor_model(module) -> None:
@@ -432,6 +467,44 @@ def patch_experience_maker(module) -> None:
 
     compute_advantages_and_returns.__wrapped_original__ = orig
     cls.compute_advantages_and_returns = compute_advantages_and_returns
+
+
+# ------------------------------------------------------------------------------- checkpoint (state)
+STATE_KEY = "harness_plugin"  # our entry in the policy's DeepSpeed client_state
+
+
+def _is_policy_ckpt(path) -> bool:
+    return os.path.basename(os.path.normpath(str(path))) == "_actor"  # PolicyModelActor's <ckpt.path>/_actor
+
+
+def patch_strategy(module) -> None:
+    """``DeepspeedStrategy.save_ckpt`` / ``load_ckpt`` (policy checkpoints only): the method's per-step state and
+    the loss's step counter ride in DeepSpeed's ``client_state``, so a resumed run continues them. Patched on the
+    strategy class: ``PolicyModelActor``'s own methods reach Ray workers by value and cannot be patched."""
+    cls = module.DeepspeedStrategy
+    orig_save, orig_load = cls.save_ckpt, cls.load_ckpt
+
+    def save_ckpt(self, model, save_dir, tag=None, max_num=3, max_mem=1000, client_state=None, *args, **kwargs):
+        if _is_policy_ckpt(save_dir):
+            state = {"method": method().name, "state": method().state_dict(), "rollout_step": STATE.rollout_step}
+            client_state = {**(client_state or {}), STATE_KEY: state}
+        return orig_save(self, model, save_dir, tag, max_num, max_mem, client_state, *args, **kwargs)
+
+    def load_ckpt(self, model, load_dir, *args, **kwargs):
+        load_path, states = orig_load(self, model, load_dir, *args, **kwargs)
+        saved = (states or {}).get(STATE_KEY) if _is_policy_ckpt(load_dir) else None
+        if saved is not None:
+            if saved["method"] != method().name:
+                raise RuntimeError(
+                    f"checkpoint {load_path} was written by method {saved['method']!r}, this run is "
+                    f"{method().name!r}: resume with the same method or start in a new run directory"
+                )
+            method().load_state_dict(saved["state"])
+            STATE.rollout_step = int(saved["rollout_step"])
+        return load_path, states
+
+    save_ckpt.__wrapped_original__, load_ckpt.__wrapped_original__ = orig_save, orig_load
+    cls.save_ckpt, cls.load_ckpt = save_ckpt, load_ckpt
 
 
 # ------------------------------------------------------------------------------------ trainer (logs)
