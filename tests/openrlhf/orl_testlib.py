@@ -110,6 +110,24 @@ def make_experience(batch=4, prompt_len=3, action_len=5, seed=0, vocab=64, adv=N
     return exp
 
 
+def experience_maker(estimator, n, actor_model_group=None):
+    """A RemoteExperienceMaker without its constructor: just what compute_advantages_and_returns reads."""
+    from openrlhf.trainer.ppo_utils.experience_maker import RemoteExperienceMaker
+
+    maker = RemoteExperienceMaker.__new__(RemoteExperienceMaker)
+    ns = SimpleNamespace
+    args = ns(
+        rollout=ns(n_samples_per_prompt=n, max_new_tokens=None),
+        algo=ns(advantage=ns(estimator=estimator, gamma=1.0, lambd=1.0, no_std_norm=False)),
+        reward=ns(clip_range=(-10, 10), overlong_buffer_len=None, stop_properly_penalty_coef=None),
+        data=ns(max_len=64),
+    )
+    maker.strategy, maker.args, maker.advantage_estimator = ns(args=args), args, estimator
+    maker.kl_ctl = ns(value=0.0)
+    maker.actor_model_group = actor_model_group
+    return maker
+
+
 def dp_rank_main(rank, world, model_dir, port, out_dir, method):
     """One data-parallel rank (gloo, CPU): plans the global selection over its own micro-batches of a shared
     8-row mini-batch through the patched iter_grad_accum_global_norm, and saves the plan."""

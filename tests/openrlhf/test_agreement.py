@@ -6,10 +6,9 @@ passes (dp_size, batch_num_tokens, global_batch_size) and both aggregation modes
 ``RemoteExperienceMaker.compute_advantages_and_returns`` (group_norm, rloo).
 """
 
-from types import SimpleNamespace
-
 import pytest
 import torch
+from orl_testlib import experience_maker
 
 pytestmark = pytest.mark.openrlhf
 
@@ -111,20 +110,7 @@ def test_micro_batch_accumulation_equals_mini_batch_token_mean(configure):
     torch.testing.assert_close(total, whole, rtol=1e-5, atol=1e-7)
 
 
-def _maker(estimator, n):
-    from openrlhf.trainer.ppo_utils.experience_maker import RemoteExperienceMaker
-
-    maker = RemoteExperienceMaker.__new__(RemoteExperienceMaker)
-    ns = SimpleNamespace
-    args = ns(
-        rollout=ns(n_samples_per_prompt=n, max_new_tokens=None),
-        algo=ns(advantage=ns(estimator=estimator, gamma=1.0, lambd=1.0, no_std_norm=False)),
-        reward=ns(clip_range=(-10, 10), overlong_buffer_len=None, stop_properly_penalty_coef=None),
-        data=ns(max_len=64),
-    )
-    maker.strategy, maker.args, maker.advantage_estimator = ns(args=args), args, estimator
-    maker.kl_ctl = ns(value=0.0)
-    return maker
+_maker = experience_maker
 
 
 def _experiences(n=4, groups=3, seed=0):

@@ -76,10 +76,10 @@ PLUGGED = {  # losses / estimators our plug-in computes -> the built-in estimato
     "high_entropy_tokens": "group_norm",
     "adaptive_entropy": "group_norm",
     "w_reinforce": "reinforce",
+    "entropy_advantage": "group_norm",  # its base estimator (grpo)
 }
 REFUSED = {  # method -> what the one-line refusal at config load names
     "prime": "auxiliary model",
-    "entropy_advantage": "rollout's entropy",
 }
 
 
@@ -164,10 +164,17 @@ def test_no_entropy_logging_still_returns_the_entropy_a_method_needs(tmp_path):
     assert argv[argv.index("--actor.entropy_coef") + 1] == "0"
 
 
-def test_stateful_method_needs_the_rollout_entropy(tmp_path):
+@pytest.mark.parametrize("name", ["adaptive_entropy", "entropy_advantage"])
+def test_methods_reading_the_rollout_entropy_need_it_measured(name, tmp_path):
     from harness.backends.openrlhf.options import OpenRLHFConfigError
 
-    cfg = config({"name": "adaptive_entropy"})
+    cfg = config({"name": name})
     cfg["openrlhf"]["log_entropy"] = False
     with pytest.raises(OpenRLHFConfigError, match="log_entropy: true"):
         build_plan(cfg, tmp_path)
+
+
+def test_entropy_advantage_on_rloo_and_dr_grpo_bases(monkeypatch, tmp_path):
+    for options, flag in (({"base": "rloo"}, "rloo"), ({"std_normalize": False}, "dr_grpo")):
+        plan = build_plan(config({"name": "entropy_advantage", "advantage_options": options}), tmp_path)
+        assert upstream_args(plan.argv, monkeypatch).algo.advantage.estimator == flag

@@ -110,3 +110,57 @@ def test_real_policy_model_actor_sees_the_patch(ray_cluster):
     assert out["trainer_loss"] == "HarnessPolicyLoss"
     assert out["step_wrapped"]
     ray.kill(actor)
+
+
+def test_driver_fetches_the_rollout_entropy_from_a_real_policy_actor(ray_cluster, configure):
+    """entropy_advantage across processes: per-token entropies held by a real PolicyModelActor worker (as its
+    old-log-prob forward leaves them) reach the patched compute_advantages_and_returns in this process through
+    ``__ray_call__``; the advantages equal the hand formula and the worker's store is emptied."""
+    import torch
+    from orl_testlib import experience_maker, make_experience
+    from test_rollout_entropy import hand_entropy_advantage
+
+    ray = ray_cluster
+    from harness.backends.openrlhf import hook, plugin
+
+    hook.install()
+    import openrlhf.trainer.ppo_utils.experience_maker as em
+    from openrlhf.trainer.ray.ppo_actor import PolicyModelActor
+
+    configure({"name": "entropy_advantage"})
+    exps = [make_experience(batch=4, seed=21), make_experience(batch=4, seed=22)]
+    g = torch.Generator().manual_seed(0)
+    entropy = [torch.rand(e.action_mask.shape, generator=g) * 3 * e.action_mask for e in exps]
+    stored = {}
+    for e, ent in zip(exps, entropy):
+        for key, row, valid in zip(plugin._row_keys(e.sequences, e.attention_mask), ent, e.action_mask.bool()):
+            stored[key] = row[valid]
+    rewards = torch.tensor([1.0, 0.0, 1.0, 1.0, 0.0, 0.0, 1.0, 0.0])
+    for i, e in enumerate(exps):
+        e.rewards, e.index = rewards[4 * i : 4 * i + 4].clone(), list(range(4 * i, 4 * i + 4))
+        e.kl = torch.zeros_like(e.action_mask, dtype=torch.float32)
+
+    actor = PolicyModelActor.options(num_gpus=0, num_cpus=0).remote(1, 0, "127.0.0.1", 29556)
+
+    def put(self, values):
+        from harness.backends.openrlhf import plugin
+
+        plugin.STATE.rollout_token_entropy.update(values)
+        return os.getpid()
+
+    def left(self):
+        from harness.backends.openrlhf import plugin
+
+        return len(plugin.STATE.rollout_token_entropy)
+
+    try:
+        assert ray.get(actor.__ray_call__.remote(put, stored), timeout=300) != os.getpid()
+        group = type("Group", (), {"_actor_handlers": [actor]})()
+        maker = experience_maker("group_norm", 4, actor_model_group=group)
+        out = em.RemoteExperienceMaker.compute_advantages_and_returns(maker, exps)
+        got = torch.cat([e.advantages for e in out])
+        mask = torch.cat([e.action_mask.float() for e in out])
+        torch.testing.assert_close(got, hand_entropy_advantage(rewards, 4, torch.cat(entropy), mask))
+        assert ray.get(actor.__ray_call__.remote(left), timeout=60) == 0
+    finally:
+        ray.kill(actor)

@@ -25,7 +25,7 @@ EXTRA = "pip install 'entropy-harness[openrlhf]' (GPU: also vllm==0.29.0 and fla
 # harness advantage -> the closest OpenRLHF built-in estimator (the printed command's reading; the plugin
 # replaces the advantages with the method's): W-REINFORCE has no baseline, like OpenRLHF's `reinforce`
 ESTIMATORS = {"grpo": "group_norm", "rloo": "rloo", "w_reinforce": "reinforce"}
-ORL_EXTRAS: tuple[str, ...] = ()  # advantage-estimator extras this backend produces
+ORL_EXTRAS: tuple[str, ...] = ("entropy",)  # advantage-estimator extras this backend produces
 BUILTIN_EQUIVALENT = ("grpo", "rloo", "clip_higher", "entropy_bonus", "gspo")
 # method -> (OpenRLHF --actor.policy_loss_type, when the method equals it); tests/openrlhf/test_agreement.py
 NATIVE_LOSS = {"gspo": ("gspo", lambda m: m.level == "sequence" and m.agg == "seq-mean-token-mean")}
@@ -99,7 +99,12 @@ def method_flags(method, opts: OpenRLHFOptions) -> list[str]:
     if rollout_extras:
         raise OpenRLHFConfigError(
             f"method.advantage: {method.advantage!r} needs the rollout's {', '.join(rollout_extras)} per token, which "
-            f"the OpenRLHF backend does not pass to the advantage estimator yet. Run it with backend: pocket."
+            f"the OpenRLHF backend does not pass to the advantage estimator. Run it with backend: pocket."
+        )
+    if "entropy" in method.estimator_extras() and not opts.log_entropy:
+        raise OpenRLHFConfigError(
+            f"method.advantage: {method.advantage!r} needs the rollout's entropy per token, which the OpenRLHF "
+            f"backend measures in the old-log-prob forward only with openrlhf.log_entropy: true"
         )
     if method.has_step_state and not opts.log_entropy:
         raise OpenRLHFConfigError(

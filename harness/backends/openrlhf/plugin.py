@@ -40,6 +40,7 @@ class _State:
         self.prev_entropy = None
         self.pending_row = None  # the step's metrics row, waiting for that step's eval
         self.rollout_entropy = {}  # row key -> token-mean entropy from the old-log-prob forward
+        self.rollout_token_entropy = {}  # row key -> (valid tokens,) entropy, for an estimator that needs it
 
 
 STATE = _State()
@@ -317,9 +318,57 @@ def rollout_forward(orig_forward, actor, sequences, action_mask, attention_mask,
     per_row = ((entropy * m).sum(-1) / m.sum(-1).clamp_min(1)).cpu()
     if len(STATE.rollout_entropy) > 1_000_000:
         STATE.rollout_entropy.clear()
-    for key, value in zip(_row_keys(sequences, attention_mask), per_row.tolist()):
+    keys = _row_keys(sequences, attention_mask)
+    for key, value in zip(keys, per_row.tolist()):
         STATE.rollout_entropy[key] = value
+    if "entropy" in method().estimator_extras():  # kept per token until the advantages fetch it
+        valid = action_mask.bool()
+        for i, key in enumerate(keys):
+            STATE.rollout_token_entropy[key] = entropy[i][valid[i]].detach().cpu()
     return log_probs
+
+
+def take_rollout_token_entropy(actor=None, keys=()) -> dict:
+    """Runs in a policy worker (``handle.__ray_call__``): the stored per-token entropies of these rows, removed."""
+    return {k: STATE.rollout_token_entropy.pop(k) for k in set(keys) if k in STATE.rollout_token_entropy}
+
+
+def rollout_token_entropy(experiences, fetch) -> list:
+    """Each experience's (B, A) rollout entropy from the policy workers' old-log-prob pass (``fetch(keys)`` ->
+    {key: valid-token entropies}), placed on its valid tokens; an error if a row was not measured."""
+    import torch
+
+    keys = [_row_keys(e.sequences, e.attention_mask) for e in experiences]
+    found = fetch([k for ks in keys for k in ks])
+    out = []
+    for e, ks in zip(experiences, keys):
+        valid = e.action_mask.bool().cpu()
+        ent = torch.zeros(valid.shape, dtype=torch.float32)
+        for i, key in enumerate(ks):
+            values = found.get(key)
+            if values is None or values.numel() != int(valid[i].sum()):
+                raise RuntimeError(
+                    "the rollout entropy of a response was not measured by the policy workers' old-log-prob "
+                    "forward (openrlhf.log_entropy must be true)"
+                )
+            ent[i, valid[i]] = values.float()
+        out.append(ent.to(e.action_mask.device))
+    return out
+
+
+def ray_fetch(group):
+    """``fetch`` for :func:`rollout_token_entropy` over an OpenRLHF RayActorGroup's workers."""
+
+    def fetch(keys):
+        import ray
+
+        found = {}
+        handles = group._actor_handlers
+        for part in ray.get([h.__ray_call__.remote(take_rollout_token_entropy, keys) for h in handles]):
+            found.update(part)
+        return found
+
+    return fetch
 
 
 def attach_rollout_entropy(experience) -> None:
@@ -413,18 +462,23 @@ def plan_window(experiences) -> None:
 
 
 # ------------------------------------------------------------------------------- experience maker
-def harness_advantages(experiences, n_samples_per_prompt: int):
-    """Our method's advantages over the whole rollout (groups = index // n); returns per-experience (B, A)."""
+def harness_advantages(experiences, n_samples_per_prompt: int, extras: dict | None = None):
+    """Our method's advantages over the whole rollout (groups = index // n); returns per-experience (B, A).
+    ``extras``: name -> per-experience (B, A) tensors (the estimator's extras, e.g. the rollout entropy)."""
     import torch
 
     m = method()
     index = torch.tensor([i for e in experiences for i in e.index], dtype=torch.long)
     scores = torch.cat([e.rewards.float().reshape(-1) for e in experiences])
     width = max(e.action_mask.shape[1] for e in experiences)
-    mask = torch.cat(
-        [torch.nn.functional.pad(e.action_mask.float(), (0, width - e.action_mask.shape[1])) for e in experiences]
+
+    def cat(tensors):
+        return torch.cat([torch.nn.functional.pad(t.float().cpu(), (0, width - t.shape[1])) for t in tensors])
+
+    mask = cat([e.action_mask for e in experiences])
+    adv = m.advantages(
+        scores, index // int(n_samples_per_prompt), mask, **{k: cat(v) for k, v in (extras or {}).items()}
     )
-    adv = m.advantages(scores, index // int(n_samples_per_prompt), mask)
     out, row = [], 0
     for e in experiences:
         b, a = e.action_mask.shape
@@ -453,9 +507,11 @@ def patch_experience_maker(module) -> None:
 
     def compute_advantages_and_returns(self, experiences):
         experiences = orig(self, experiences)  # length penalties, returns, info["return"], group_reward_std
-        for e, adv in zip(
-            experiences, harness_advantages(experiences, self.strategy.args.rollout.n_samples_per_prompt)
-        ):
+        extras = {}
+        if "entropy" in method().estimator_extras():
+            extras["entropy"] = rollout_token_entropy(experiences, ray_fetch(self.actor_model_group))
+        n = self.strategy.args.rollout.n_samples_per_prompt
+        for e, adv in zip(experiences, harness_advantages(experiences, n, extras)):
             e.advantages = adv.to(e.action_mask.device)
         cov = covariance_term(experiences)
         if cov is not None:
