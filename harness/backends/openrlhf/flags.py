@@ -108,8 +108,8 @@ def method_flags(method, opts: OpenRLHFOptions) -> list[str]:
         )
     if method.has_step_state and not opts.log_entropy:
         raise OpenRLHFConfigError(
-            f"method {method.name} carries state across steps and reads each step's rollout entropy, which the "
-            f"OpenRLHF backend measures only with openrlhf.log_entropy: true"
+            f"method {method.name} carries state across steps, updated from each step's rollout measures (the "
+            f"rollout entropy among them), which the OpenRLHF backend measures only with openrlhf.log_entropy: true"
         )
     estimator = base_estimator(method)
     from harness.ops import GLOBAL_NORMALISED_MODES as AGG_MODES  # what OpenRLHF's aggregate_loss implements
