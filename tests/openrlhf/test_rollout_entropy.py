@@ -33,10 +33,11 @@ def test_old_logprob_pass_feeds_the_estimator_per_token(configure, make_trainer)
     mask = exp.action_mask.float()
     want = compute_entropy(out["logits"][:, :-1])[:, -mask.shape[1] :].float() * mask
     assert len(plugin.STATE.rollout_token_entropy) == 8
+    plugin.STATE.rollout_token_entropy[12345] = torch.ones(3)  # a stale row (never asked for): dropped
 
     (got,) = plugin.rollout_token_entropy([exp], lambda keys: plugin.take_rollout_token_entropy(None, keys))
     torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6)
-    assert plugin.STATE.rollout_token_entropy == {}  # handed over once
+    assert plugin.STATE.rollout_token_entropy == {}  # handed over once; nothing stale accumulates
 
     exp.rewards = torch.tensor([1.0, 0.0, 0.0, 1.0, 1.0, 1.0, 0.0, 1.0])
     exp.index = list(range(8))

@@ -329,8 +329,10 @@ def rollout_forward(orig_forward, actor, sequences, action_mask, attention_mask,
 
 
 def take_rollout_token_entropy(actor=None, keys=()) -> dict:
-    """Runs in a policy worker (``handle.__ray_call__``): the stored per-token entropies of these rows, removed."""
-    return {k: STATE.rollout_token_entropy.pop(k) for k in set(keys) if k in STATE.rollout_token_entropy}
+    """Runs in a policy worker (``handle.__ray_call__``): the stored per-token entropies of these rows. The
+    store is emptied: the driver asks once per rollout, after all its forwards, so any other row is stale."""
+    store, STATE.rollout_token_entropy = STATE.rollout_token_entropy, {}
+    return {k: store[k] for k in set(keys) if k in store}
 
 
 def rollout_token_entropy(experiences, fetch) -> list:
