@@ -2,6 +2,7 @@
 package list in pyproject.toml names every package folder, so a new sub-package cannot be left out of the wheel."""
 
 import os
+import shutil
 import subprocess
 import sys
 import zipfile
@@ -54,6 +55,12 @@ def test_the_three_folders_import_under_harness_only(tmp_path):
 
 def test_the_wheel_holds_one_top_level_package_with_the_mapped_folders_and_their_data(tmp_path):
     pytest.importorskip("setuptools")
+    src = tmp_path / "src"  # build from a copy: setuptools writes build/ and *.egg-info into the source tree
+    for name in ("pyproject.toml", "README.md"):
+        (src / name).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(ROOT / name, src / name)
+    for name in ("harness", *MAPPED):
+        shutil.copytree(ROOT / name, src / name, ignore=shutil.ignore_patterns("__pycache__"))
     out = subprocess.run(
         [
             sys.executable,
@@ -65,7 +72,7 @@ def test_the_wheel_holds_one_top_level_package_with_the_mapped_folders_and_their
             "--no-build-isolation",
             "-w",
             str(tmp_path),
-            str(ROOT),
+            str(src),
         ],
         capture_output=True,
         text=True,
