@@ -54,3 +54,27 @@ def test_jsonl_task(tmp_path):
     bad.write_text('{"prompt": "x"}\n')
     with pytest.raises(ValueError, match="line 1 needs string 'prompt' and 'answer'"):
         make_task(str(bad))
+
+
+def test_countdown_ordered_accepts_only_the_one_canonical_answer():
+    t = make_task("countdown", test_size=20, options={"n_numbers": 2, "max_number": 5, "ordered": True})
+    p = {"prompt": "5 3 to 2:", "answer": "5-3", "numbers": [5, 3], "target": 2}
+    assert t.verify("5-3", p) == 1.0 and t.verify(" 5 - 3 ", p) == 1.0  # spaces are ignored
+    assert t.verify("(5-3)", p) == 0.0  # same value, not the canonical form
+    assert t.verify("-3+5", p) == 0.0 and t.verify("2", p) == 0.0  # right value, other expressions
+    # 5 x 5 ordered pairs x 3 ops = 75, minus 10 negative differences, minus "2 2 to 4" (2+2 and 2*2): 63 problems
+    problems = t.train + t.test
+    assert len(problems) == 63 and len(t.test) == 12  # test capped at a fifth
+    prompts = {q["prompt"] for q in problems}
+    assert "2 2 to 4:" not in prompts and "5 3 to 2:" in prompts and "3 5 to 8:" in prompts
+    assert "3 5 to 2:" not in prompts  # 3-5 < 0: only the other order exists
+    assert len(prompts) == 63  # one problem per (numbers in order, target)
+    for q in problems:  # the stored answer is the only operator that reaches the target
+        a, b = q["numbers"]
+        assert [a + b, a - b, a * b].count(q["target"]) == 1 and t.verify(q["answer"], q) == 1.0
+
+
+def test_countdown_ordered_option_is_validated_and_off_by_default():
+    assert make_task("countdown", test_size=20).options["ordered"] is False
+    with pytest.raises(ValueError, match="task.options.ordered: 'yes' is not allowed; expected true or false"):
+        make_task("countdown", options={"ordered": "yes"})

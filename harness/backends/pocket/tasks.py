@@ -6,6 +6,9 @@ on the run seed (the split seed is fixed per task), and grades a response with a
 - ``arith``: ``37+48=`` -> ``85`` (options: ``digits`` 1-4, ``ops`` subset of ``+-*``). One right answer.
 - ``countdown``: ``3 5 7 to 22:`` -> any expression using each number exactly once with ``+ - *`` and
   parentheses that evaluates to the target (``3*5+7``). Several right answers, so there is entropy to keep.
+  Option ``ordered: true`` makes it a one-answer family: the prompt lists the numbers in the order they must be
+  used (``5 3 to 2:``), the only accepted response is ``a op b [op c ...]`` without parentheses (spaces ignored),
+  and problems where two operator sequences reach the target (``2+2`` = ``2*2``) are dropped.
 - a path to a ``.jsonl`` file of ``{"prompt", "answer"}``: a response holding ``\\boxed{}`` is graded by the
   math grader of ``evals`` (math-verify) when installed; otherwise by exact match after whitespace
   normalisation (the answer of a tiny model is usually a bare string).
@@ -145,9 +148,12 @@ class Countdown(Task):
     options_schema = {
         "n_numbers": (3, _int_range(2, 4)),
         "max_number": (9, _int_range(2, 20)),
+        "ordered": (False, lambda v: None if isinstance(v, bool) else "expected true or false"),
     }
 
     def all_problems(self):
+        if self.options["ordered"]:
+            return self._ordered_problems()
         k, hi = self.options["n_numbers"], self.options["max_number"]
         seen: dict[tuple, dict] = {}
         for nums in itertools.combinations_with_replacement(range(1, hi + 1), k):
@@ -167,7 +173,25 @@ class Countdown(Task):
                         }
         return [seen[k] for k in sorted(seen)]
 
+    def _ordered_problems(self):
+        """One problem per (numbers in order, target) that exactly one operator sequence reaches."""
+        k, hi = self.options["n_numbers"], self.options["max_number"]
+        found: dict[tuple, list[str]] = {}
+        for perm in itertools.product(range(1, hi + 1), repeat=k):
+            for ops in itertools.product("+-*", repeat=k - 1):
+                expr = str(perm[0]) + "".join(o + str(x) for o, x in zip(ops, perm[1:]))
+                val = safe_eval(expr)
+                if val is not None and val >= 0:
+                    found.setdefault((perm, val), []).append(expr)
+        return [
+            {"prompt": f"{' '.join(map(str, p))} to {val}:", "answer": exprs[0], "numbers": list(p), "target": val}
+            for (p, val), exprs in sorted(found.items())
+            if len(exprs) == 1
+        ]
+
     def verify(self, response, problem):
+        if self.options["ordered"]:
+            return 1.0 if re.sub(r"\s+", "", response) == problem["answer"] else 0.0
         expr = response.strip()
         val = safe_eval(expr)
         if val is None or val != problem["target"]:
