@@ -53,6 +53,16 @@ class TaskConfig:
     name: str = _opt("arith", kind=str, help="pocket task (arith, countdown) or a JSONL file of {prompt, answer}")
     test_size: int = _opt(200, kind=int, min=1, help="held-out problems for evaluation")
     options: dict = _opt({}, kind=dict, help="task-specific options (see the task's docstring)")
+    chat_template: str = _opt(
+        "auto",
+        kind=str,
+        choices=("auto", "none"),
+        late=True,
+        help="pretrained models: render prompts with the tokenizer's chat template when it has one",
+    )
+    stop: Any = _opt(
+        [], late=True, help="pretrained models: extra stop strings (single tokens) besides EOS and the end of turn"
+    )
 
 
 @dataclass
@@ -138,16 +148,38 @@ def config_hash(d: Mapping) -> str:
 
 
 # ---------------------------------------------------------------------------------------------- identity
-def _non_measuring(cls, prefix: str = "") -> dict[str, Any]:
-    """Dotted path -> default of every field declared ``measures=False`` under dataclass ``cls``."""
+def _fields_where(cls, key: str, value, prefix: str = "") -> dict[str, Any]:
+    """Dotted path -> default of every field whose metadata ``key`` is ``value``, under dataclass ``cls``."""
     out = {}
     for f in dataclasses.fields(cls):
         path = prefix + f.name
         default = f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default
         if dataclasses.is_dataclass(default):
-            out.update(_non_measuring(type(default), path + "."))
-        elif not f.metadata.get("measures", True):
+            out.update(_fields_where(type(default), key, value, path + "."))
+        elif f.metadata.get(key, not value) == value:
             out[path] = default
+    return out
+
+
+def _fields_where(cls, key: str, value, prefix: str = "") -> dict[str, Any]:
+    """Dotted path -> default of every field whose metadata ``key`` equals ``value``, under dataclass ``cls``."""
+    out = {}
+    for f in dataclasses.fields(cls):
+        path = prefix + f.name
+        default = f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default
+        if dataclasses.is_dataclass(default):
+            out.update(_fields_where(type(default), key, value, path + "."))
+        elif f.metadata.get(key, {"measures": True, "late": False}[key]) == value:
+            out[path] = default
+    return out
+
+
+def _declared(key: str, value) -> dict[str, Any]:
+    from harness.backends import owned_sections
+
+    out = _fields_where(RunConfig, key, value)
+    for path, cls in owned_sections().items():
+        out.update(_fields_where(cls, key, value, path + "."))
     return out
 
 
@@ -155,12 +187,13 @@ def _non_measuring(cls, prefix: str = "") -> dict[str, Any]:
 def non_measuring_fields() -> dict[str, Any]:
     """Every config field that does not change what a run measures (core and backend sections) -> its default
     (read-only: cached)."""
-    from harness.backends import owned_sections
+    return _declared("measures", False)
 
-    out = _non_measuring(RunConfig)
-    for path, cls in owned_sections().items():
-        out.update(_non_measuring(cls, path + "."))
-    return out
+
+@functools.cache
+def late_fields() -> dict[str, Any]:
+    """Every field declared ``late=True`` -> its default: in the run id only when set to another value."""
+    return _declared("late", True)
 
 
 def _flatten(d: Mapping, prefix: str = "") -> dict:
@@ -182,16 +215,20 @@ def measuring_items(cfg: Mapping | RunConfig) -> dict:
 
 
 def identity_dict(d: Mapping) -> dict:
-    """``d`` with every non-measuring field reset to its default (a field missing stays missing). Resetting
-    instead of dropping keeps the run ids of configs that use the defaults as they were before."""
+    """``d`` with every non-measuring field reset to its default (a field missing stays missing) and every late
+    field left at its default dropped. Resetting instead of dropping keeps the run ids of configs that use the
+    defaults as they were before identity was declared; dropping keeps them as they were before a late field."""
     d = copy.deepcopy(dict(d))
-    for path, default in non_measuring_fields().items():
+    for path, default in [*non_measuring_fields().items(), *late_fields().items()]:
         *parents, last = path.split(".")
         node = d
         for p in parents:
             node = node.get(p) if isinstance(node, dict) else None
         if isinstance(node, dict) and last in node:
-            node[last] = copy.deepcopy(default)
+            if path in non_measuring_fields():
+                node[last] = copy.deepcopy(default)
+            elif node[last] == default:
+                del node[last]
     return d
 
 

@@ -16,12 +16,14 @@ from typing import Any
 from harness.errors import ConfigError, suggestion
 
 
-def opt(default=None, *, kind=None, choices=None, min=None, max=None, help="", measures=True):
+def opt(default=None, *, kind=None, choices=None, min=None, max=None, help="", measures=True, late=False):
     """A schema field: ``kind`` in {int, float, bool, str, 'str?', 'int?', dict}; numbers range-checked.
 
     ``measures=False`` marks a field that does not change what a run measures (logging, progress): it is left
-    out of the run id (``harness.config.measuring_items``)."""
-    meta = {"kind": kind, "choices": choices, "min": min, "max": max, "help": help, "measures": measures}
+    out of the run id (``harness.config.measuring_items``). ``late=True`` marks a measuring field added after run
+    ids were published: it enters the run id only when set to a value other than its default, so every config
+    that leaves it at the default keeps the id it had before the field existed."""
+    meta = {"kind": kind, "choices": choices, "min": min, "max": max, "help": help, "measures": measures, "late": late}
     if isinstance(default, (dict, list)):
         return field(default_factory=lambda d=default: copy.deepcopy(d), metadata=meta)
     return field(default=default, metadata=meta)

@@ -31,9 +31,12 @@ def test_logging_and_resources_keep_the_run_id_measuring_settings_change_it(tiny
 
 def test_default_configs_keep_the_ids_they_had():
     """The id hashes the config with non-measuring fields reset to their defaults, so a config that uses the
-    defaults has the plain hash of its resolved dict (the id before identity was declared)."""
+    defaults has the plain hash of its resolved dict without the late fields (the id before identity was
+    declared, and before task.chat_template / task.stop existed: the literal is main's id of that time)."""
     d = load_config({}).to_dict()
-    assert run_id_of(d) == config_hash(d)
+    before = dict(d, task={k: v for k, v in d["task"].items() if k not in ("chat_template", "stop")})
+    assert run_id_of(d) == config_hash(before) == "747b4a598c3b"
+    assert load_config({}, ["task.chat_template=none"]).run_id() != run_id_of(d)
     changed = dict(d, logging=dict(d["logging"], progress=False))
     assert config_hash(changed) != config_hash(d) and run_id_of(changed) == run_id_of(d)
 

@@ -129,7 +129,7 @@ def generate(
     prompts: list[list[int]],
     *,
     max_new_tokens: int,
-    eos_id: int,
+    eos_id: int | list[int],
     pad_id: int,
     temperature: float = 1.0,
     top_p: float = 1.0,
@@ -168,6 +168,7 @@ def generate(
     ids, att = left_pad(prompts, pad_id)
     ids, att = ids.to(device), att.to(device)
     B, P = ids.shape
+    stop = torch.as_tensor(eos_id, device=device).reshape(-1)  # one EOS id or several stop ids
     f = fast_path(model, reference)
     record = with_logprobs and f is not None
     if f is not None:
@@ -209,7 +210,7 @@ def generate(
             ents.append(ent)
         tokens.append(nxt)
         mask.append(~done)
-        done = done | (nxt == eos_id)
+        done = done | torch.isin(nxt, stop)
         if bool(done.all()) or t == max_new_tokens - 1:
             break
         logits = advance(nxt)

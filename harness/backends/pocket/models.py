@@ -38,6 +38,10 @@ def check_model_name(name: str) -> None:
     """Raise ConfigError unless ``name`` is a pocket size, an HF model directory, or a hub id."""
     if name in SIZES:
         return
+    if name.lower().endswith(".gguf"):  # a GGUF file (harness.backends.pocket.pretrained loads it)
+        from .pretrained import check_gguf
+
+        return check_gguf(name)
     p = Path(name).expanduser()
     if p.is_dir():
         if not (p / "config.json").exists():

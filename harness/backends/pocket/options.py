@@ -46,6 +46,9 @@ def validate(cfg) -> None:
             f"pretrained checkpoint (allowed here: auto, false)"
         )
     tasks.check_task(cfg.task.name, cfg.task.options)
+    from harness.backends.pocket.pretrained import check_task_fields
+
+    check_task_fields(cfg.task)
     t = cfg.train
     if t.updates_per_rollout > t.prompts_per_step * t.samples_per_prompt:
         raise ConfigError(

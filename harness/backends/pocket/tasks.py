@@ -282,3 +282,6 @@ def make_task(name: str, test_size: int = 200, options: dict | None = None) -> T
     if is_jsonl(name):
         return JsonlTask(name, test_size, options)
     return TASKS.get(name)(test_size=test_size, options=options)
+
+
+from . import gsm  # noqa: E402,F401  (registers gsm_arith: grade-school word problems, boxed answers)

@@ -52,6 +52,15 @@ def _lineage(cfg: RunConfig) -> str:
     return config_hash({k: v for k, v in measuring_items(cfg).items() if k != "train.steps"})
 
 
+def peak_rss_mb() -> float:
+    """This process's peak resident memory so far (MB; ru_maxrss is KB on Linux, bytes on macOS)."""
+    import resource
+    import sys
+
+    kb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / (1024 if sys.platform == "darwin" else 1)
+    return round(kb / 1024, 1)
+
+
 def make_generator(seed: int, step: int, purpose: str, device="cpu") -> torch.Generator:
     g = torch.Generator(device=device)
     g.manual_seed((seed * 1_000_003 + step * 7919 + PURPOSES[purpose] * 104_729) % (2**63))
@@ -123,8 +132,10 @@ class PocketTrainer:
                     "model.warm_start.enabled: true only applies to pocket sizes; "
                     f"{cfg.model.name!r} is a pretrained checkpoint (use auto or false)"
                 )
-            model, hf_tok = models.load_hf(cfg.model.name, cfg.model.dtype)
-            self.model, self.tok = model, TokenizerAdapter(hf_tok)
+            from .pretrained import load_pretrained, make_tokenizer
+
+            model, hf_tok = load_pretrained(cfg.model.name, cfg.model.dtype)  # GGUF file, HF dir or hub id
+            self.model, self.tok = model, make_tokenizer(hf_tok, cfg.task)  # chat template, stop ids
         self.model.to(self.device)
         self.model.config.use_cache = True
         # fused AdamW: one kernel per tensor instead of ~10 (same update up to float rounding; 2.6x faster here)
@@ -229,7 +240,7 @@ class PocketTrainer:
             self.model,
             prompts,
             max_new_tokens=max_new_tokens or self.cfg.train.max_new_tokens,
-            eos_id=self.tok.eos_id,
+            eos_id=getattr(self.tok, "stop_ids", self.tok.eos_id),
             pad_id=self.tok.pad_id,
             temperature=temperature,
             top_p=top_p,
@@ -515,6 +526,7 @@ class PocketTrainer:
                         row[f"time/{key}"] = round(self.timing[f"{key}_s"] - before[f"{key}_s"], 4)
                     row["time/step"] = time.time() - t0
                     row["time/wall"] = time.time() - t_start
+                    row["mem/peak_rss_mb"] = peak_rss_mb()
                     if (ev_every > 0 and step % ev_every == 0) or step == steps:
                         last_eval = self.evaluate(step)
                         for suite, res in last_eval["suites"].items():
@@ -550,6 +562,10 @@ class PocketTrainer:
         if last_eval is None or last_eval["step"] != step:
             last_eval = self.evaluate(step)
         self.log(self.timing_line(step))
+        if not models.is_pocket(cfg.model.name):  # an HF directory `harness eval --model RUN/model` loads
+            from .pretrained import export_hf
+
+            self.log(f"model exported to {export_hf(self.model, self.tok, self.run_dir / 'model')}")
         return RunResult(
             method=cfg.method_name,
             advantage=self.method.advantage,
@@ -569,7 +585,8 @@ class PocketTrainer:
         t = self.timing
         return (
             f"timing over {step} steps: rollout {t['rollout_s']:.1f}s, scoring {t['score_s']:.1f}s, "
-            f"update {t['update_s']:.1f}s, eval {t['eval_s']:.1f}s, warm start {t['warm_start_s']:.1f}s"
+            f"update {t['update_s']:.1f}s, eval {t['eval_s']:.1f}s, warm start {t['warm_start_s']:.1f}s; "
+            f"peak RSS {peak_rss_mb():.0f} MB"
         )
 
 
