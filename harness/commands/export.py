@@ -14,6 +14,34 @@ import sys
 from pathlib import Path
 
 
+def write_task_spec(out: Path, cfg, step: int) -> None:
+    """``out/harness_task.json``: the run's task, options, test split and eval protocol (``harness eval`` reads it)."""
+    from harness.evals.pocket_suites import MODEL_SUITE_FILE
+    from harness.io import atomic_write_json
+    from harness.records import task_label
+
+    ec = cfg.eval
+    atomic_write_json(
+        Path(out) / MODEL_SUITE_FILE,
+        {
+            "suite": task_label(cfg.task.name),
+            "task": cfg.task.name,
+            "options": cfg.task.options,
+            "test_size": cfg.task.test_size,
+            "max_problems": ec.max_problems,
+            "protocol": {
+                "n_samples": ec.n_samples,
+                "temperature": ec.temperature,
+                "top_p": ec.top_p,
+                "max_tokens": ec.max_new_tokens or cfg.train.max_new_tokens,
+            },
+            "run_id": cfg.run_id(),
+            "step": step,
+            "method": cfg.method_name,
+        },
+    )
+
+
 def export_run(run_dir: str | os.PathLike, out: str | os.PathLike) -> Path:
     import torch
     import yaml
@@ -21,9 +49,7 @@ def export_run(run_dir: str | os.PathLike, out: str | os.PathLike) -> Path:
     from harness.backends.pocket import models
     from harness.backends.pocket.tokenizer import build_char_tokenizer
     from harness.config import load_config
-    from harness.evals.pocket_suites import MODEL_SUITE_FILE
-    from harness.io import atomic_write_json, check_output_dir
-    from harness.records import task_label
+    from harness.io import check_output_dir
 
     run_dir, out = Path(run_dir), Path(out)
     if not (run_dir / "config.yaml").is_file():
@@ -52,26 +78,7 @@ def export_run(run_dir: str | os.PathLike, out: str | os.PathLike) -> Path:
     model.generation_config.pad_token_id = tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id
     model.save_pretrained(out)
     tok.save_pretrained(out)
-    ec = cfg.eval
-    atomic_write_json(
-        out / MODEL_SUITE_FILE,
-        {
-            "suite": task_label(cfg.task.name),
-            "task": cfg.task.name,
-            "options": cfg.task.options,
-            "test_size": cfg.task.test_size,
-            "max_problems": ec.max_problems,
-            "protocol": {
-                "n_samples": ec.n_samples,
-                "temperature": ec.temperature,
-                "top_p": ec.top_p,
-                "max_tokens": ec.max_new_tokens or cfg.train.max_new_tokens,
-            },
-            "run_id": cfg.run_id(),
-            "step": int(blob["step"]),
-            "method": cfg.method_name,
-        },
-    )
+    write_task_spec(out, cfg, int(blob["step"]))
     return out
 
 

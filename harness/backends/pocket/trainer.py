@@ -563,9 +563,12 @@ class PocketTrainer:
             last_eval = self.evaluate(step)
         self.log(self.timing_line(step))
         if not models.is_pocket(cfg.model.name):  # an HF directory `harness eval --model RUN/model` loads
+            from harness.commands.export import write_task_spec
+
             from .pretrained import export_hf
 
-            self.log(f"model exported to {export_hf(self.model, self.tok, self.run_dir / 'model')}")
+            write_task_spec(export_hf(self.model, self.tok, self.run_dir / "model"), cfg, step)
+            self.log(f"model exported to {self.run_dir / 'model'} (harness eval --model {self.run_dir / 'model'})")
         return RunResult(
             method=cfg.method_name,
             advantage=self.method.advantage,
