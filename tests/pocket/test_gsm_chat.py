@@ -1,6 +1,7 @@
 """gsm_arith problems (answers checked by hand-written rules per template), the chat-template tokenizer and
 generation that stops on any of several ids."""
 
+import json
 import re
 
 import pytest
@@ -106,3 +107,50 @@ def test_task_stop_and_pkg_paths_are_checked(tmp_path):
     with pytest.raises(ConfigError, match="not installed"):
         resolve_path("pkg://no_such_package_xyz/m.gguf")
     assert resolve_path("pkg://harness/__init__.py").is_file()
+
+
+def test_llama_dir_with_chat_template_trains_exports_and_evaluates(tmp_path, tiny):
+    """A tiny random Llama (SmolLM2's architecture: the HF forward, not the Qwen2 fast path) with a chat template:
+    one RL step, RUN/model carries the stop ids and the run's suite, and `harness eval` scores it on that suite."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from harness.cli import main
+    from harness.config import load_config
+    from harness.runner import run
+
+    tok = build_char_tokenizer()
+    tok.chat_template = TEMPLATE
+    cfg = LlamaConfig(
+        vocab_size=len(tok),
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        intermediate_size=64,
+        max_position_embeddings=128,
+        tie_word_embeddings=True,
+        pad_token_id=0,
+        bos_token_id=1,
+        eos_token_id=2,
+    )
+    d = tmp_path / "tiny-llama"
+    LlamaForCausalLM(cfg).save_pretrained(d)
+    tok.save_pretrained(d)
+    tiny["model"] = {"name": str(d)}
+    tiny["task"] = {"name": "arith", "test_size": 8}
+    tiny["train"].update(steps=1)
+    tiny["eval"] = {"every": 0, "n_samples": 1, "temperature": 0.0, "greedy": False, "max_problems": 4}
+    res = run(load_config(tiny), tmp_path / "run", quiet=True)
+    assert res["status"] == "completed" and res["eval"]["suites"]["arith"]["n_problems"] == 4
+    model_dir = tmp_path / "run" / "model"
+    spec = json.loads((model_dir / "harness_task.json").read_text())
+    assert (spec["suite"], spec["task"], spec["max_problems"], spec["step"]) == ("arith", "arith", 4, 1)
+    gen = json.loads((model_dir / "generation_config.json").read_text())
+    assert gen["eos_token_id"] == [tok.eos_token_id, tok.unk_token_id]  # EOS + the template's end of turn (<unk>)
+    out = tmp_path / "eval"
+    assert main(["eval", "--model", str(model_dir), "--suites", "arith", "--threads", "1", "--out", str(out)]) == 0
+    ev = json.loads((out / "results.json").read_text())
+    assert ev["suites"]["arith"]["n_problems"] == 4
+    from harness.backends.pocket.tokenizer import load_tokenizer
+
+    assert load_tokenizer(str(model_dir)).chat_template == TEMPLATE  # the eval engine renders prompts with it
