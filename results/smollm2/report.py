@@ -1,0 +1,78 @@
+"""Tables and curves of the SmolLM2 experiment (issue #15) from its run directories.
+
+python results/smollm2/report.py RUNS_DIR   # RUNS_DIR/<method>/{metrics.jsonl,result.json}
+-> results/smollm2/{curves.png,summary.json} and the markdown table on stdout
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+KEYS = ("reward/mean", "entropy", "response/length", "time/rollout", "time/score", "time/update", "mem/peak_rss_mb")
+
+
+def load(run: Path) -> dict:
+    rows = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines() if x.strip()]
+    res = json.loads((run / "result.json").read_text()) if (run / "result.json").is_file() else {}
+    return {"rows": rows, "result": res}
+
+
+def final_eval(res: dict) -> tuple[float, int] | None:
+    ev = (res.get("eval") or {}).get("suites", {}).get("gsm_arith")
+    return (ev["metrics"]["avg@1"], ev["n_problems"]) if ev else None
+
+
+def ci95(p: float, n: int) -> float:
+    return 1.96 * math.sqrt(p * (1 - p) / n)
+
+
+def main(runs: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    data = {d.name: load(d) for d in sorted(runs.iterdir()) if (d / "metrics.jsonl").is_file()}
+    fig, axes = plt.subplots(1, 3, figsize=(13, 3.6))
+    summary = {}
+    for name, d in data.items():
+        rows = d["rows"]
+        steps = [r["step"] for r in rows]
+        for ax, key in zip(axes, ("reward/mean", "entropy", "response/length")):
+            ax.plot(steps, [r[key] for r in rows], marker="o", label=name)
+            ax.set_title(key)
+            ax.set_xlabel("step")
+        s = {k: [round(r[k], 4) for r in rows] for k in KEYS if k in rows[0]}
+        fe = final_eval(d["result"])
+        s["final_eval_avg@1"] = None if fe is None else {"acc": fe[0], "n": fe[1], "ci95": round(ci95(*fe), 4)}
+        summary[name] = s
+    for ax in axes:
+        ax.legend()
+    fig.suptitle("SmolLM2-135M-Instruct, gsm_arith level 1, 16 responses/step (2 shared CPU cores)")
+    fig.tight_layout()
+    fig.savefig(HERE / "curves.png", dpi=110)
+    (HERE / "summary.json").write_text(json.dumps(summary, indent=1) + "\n")
+    print(
+        "| method | steps | reward (first -> last) | entropy (first -> last) | length | gen s/step | update s/step "
+        "| peak RSS MB | final held-out greedy acc (n) |"
+    )
+    print("|---|---|---|---|---|---|---|---|---|")
+    for name, s in summary.items():
+        n = len(s["reward/mean"])
+        mean = {k: sum(v) / n for k, v in s.items() if isinstance(v, list)}
+        fe = s["final_eval_avg@1"]
+        fe_txt = "-" if fe is None else f"{fe['acc']:.3f} ± {fe['ci95']:.3f} ({fe['n']})"
+        print(
+            f"| {name} | {n} | {s['reward/mean'][0]:.3f} -> {s['reward/mean'][-1]:.3f} "
+            f"(mean {mean['reward/mean']:.3f}) | {s['entropy'][0]:.3f} -> {s['entropy'][-1]:.3f} "
+            f"| {mean['response/length']:.0f} | {mean['time/rollout']:.0f} | {mean['time/update']:.0f} "
+            f"| {max(s['mem/peak_rss_mb']):.0f} | {fe_txt} |"
+        )
+
+
+if __name__ == "__main__":
+    main(Path(sys.argv[1]))
