@@ -47,6 +47,8 @@ def main(runs: Path) -> None:
             ax.set_title(key)
             ax.set_xlabel("step")
         s = {k: [round(r[k], 4) for r in rows] for k in KEYS if k in rows[0]}
+        if "mem/peak_rss_mb" not in s:  # result.json timing (the loop's rows carried it per step before 9ebeaed)
+            s["mem/peak_rss_mb"] = [d["result"].get("timing", {}).get("peak_rss_mb", float("nan"))]
         fe = final_eval(d["result"])
         s["final_eval_avg@1"] = None if fe is None else {"acc": fe[0], "n": fe[1], "ci95": round(ci95(*fe), 4)}
         summary[name] = s

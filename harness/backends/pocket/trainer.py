@@ -526,7 +526,6 @@ class PocketTrainer:
                         row[f"time/{key}"] = round(self.timing[f"{key}_s"] - before[f"{key}_s"], 4)
                     row["time/step"] = time.time() - t0
                     row["time/wall"] = time.time() - t_start
-                    row["mem/peak_rss_mb"] = peak_rss_mb()
                     if (ev_every > 0 and step % ev_every == 0) or step == steps:
                         last_eval = self.evaluate(step)
                         for suite, res in last_eval["suites"].items():
@@ -580,7 +579,7 @@ class PocketTrainer:
             steps=step,
             summary=summarize_metrics(rows),
             eval=last_eval,
-            timing={k: round(v, 3) for k, v in self.timing.items()},
+            timing={**{k: round(v, 3) for k, v in self.timing.items()}, "peak_rss_mb": peak_rss_mb()},
             extra={"warm_start": self.warm_info},
         )
 
