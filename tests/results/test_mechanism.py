@@ -22,8 +22,18 @@ def _h(t, h0=H0):
 def _family(root, mk, methods=("grpo", "rloo", "prime"), seeds=(0, 1, 2), **kw):
     for m in methods:
         for s in seeds:
-            mk(root, f"{m}{s}", method=m, advantage=m if m in ("rloo", "prime") else "grpo", seed=s,
-               steps=STEPS, law=(A, B), h0=kw.get("h0", {}).get(m, H0), decay=DECAY, eval_every=3)
+            mk(
+                root,
+                f"{m}{s}",
+                method=m,
+                advantage=m if m in ("rloo", "prime") else "grpo",
+                seed=s,
+                steps=STEPS,
+                law=(A, B),
+                h0=kw.get("h0", {}).get(m, H0),
+                decay=DECAY,
+                eval_every=3,
+            )
 
 
 def test_law_early_fraction_ratio_and_prediction_by_hand(runs_root, mk):
@@ -38,7 +48,7 @@ def test_law_early_fraction_ratio_and_prediction_by_hand(runs_root, mk):
         assert size["law_by_algorithm"][alg]["rmse_pooled"] == pytest.approx(0.0, abs=1e-9)
     steps = np.arange(1, STEPS + 1)
     h = H0 * np.exp(-DECAY * steps)
-    start, end, third = h[:WINDOW].mean(), h[-WINDOW:].mean(), h[STEPS // 3 - WINDOW:STEPS // 3].mean()
+    start, end, third = h[:WINDOW].mean(), h[-WINDOW:].mean(), h[STEPS // 3 - WINDOW : STEPS // 3].mean()
     assert size["grpo_entropy_ratio"]["mean"] == pytest.approx(end / start)
     assert size["grpo_entropy_ratio"]["ci95"] == pytest.approx(0.0, abs=1e-12)  # identical seeds
     assert size["early_fraction"]["entropy_drop"]["mean"] == pytest.approx((start - third) / (start - end))
@@ -103,13 +113,16 @@ def test_cli_writes_json_and_figures(runs_root, mk, tmp_path, capsys):
     assert (tmp_path / "out" / "mechanism_rescue.png").is_file()
 
 
-@pytest.mark.parametrize("case,match", [
-    ("missing", "no such runs directory"),
-    ("empty", "no run directories under"),
-    ("partial", "no completed run to analyse"),
-    ("no_baseline", "baseline method 'grpo' has no completed run; methods present: kl_cov"),
-    ("mixed_steps", "differ in settings that change what they measure"),
-])
+@pytest.mark.parametrize(
+    "case,match",
+    [
+        ("missing", "no such runs directory"),
+        ("empty", "no run directories under"),
+        ("partial", "no completed run to analyse"),
+        ("no_baseline", "baseline method 'grpo' has no completed run; methods present: kl_cov"),
+        ("mixed_steps", "differ in settings that change what they measure"),
+    ],
+)
 def test_bad_runs_dirs_give_one_error_line(runs_root, mk, tmp_path, capsys, case, match):
     root = tmp_path / "nowhere"
     if case == "empty":
@@ -157,3 +170,50 @@ def test_law_family_option(runs_root, mk, tmp_path, capsys):
     assert "--law-family grpo`" in (tmp_path / "o" / "mechanism.md").read_text()
     assert main(["mechanism", str(runs_root), "--out", str(tmp_path / "p"), "--law-family", "grpo,prime"]) != 0
     assert "law family method(s) prime have no completed run" in capsys.readouterr().err
+
+
+def _pocket_run(tmp_path, name, lr):
+    from harness.config import load_config
+    from harness.runner import run
+
+    cfg = {
+        "backend": "pocket",
+        "seed": 0,
+        "method": {"name": "entropy_bonus", "coef": 1.0},
+        "model": {"name": "pocket-0.1m", "warm_start": {"enabled": "false"}},
+        "task": {"name": "countdown", "test_size": 16, "options": {"n_numbers": 2, "max_number": 9, "ordered": True}},
+        "train": {
+            "steps": 3,
+            "prompts_per_step": 4,
+            "samples_per_prompt": 4,
+            "updates_per_rollout": 2,
+            "micro_batch_size": 4,
+            "max_new_tokens": 6,
+            "lr": lr,
+            "checkpoint_every": 1,
+        },
+        "eval": {"every": 0, "n_samples": 1, "max_problems": 4},
+        "logging": {"progress": False},
+    }
+    run(load_config(cfg), tmp_path / name, quiet=True)
+    return tmp_path / name
+
+
+def test_probe_compares_the_start_model_with_the_last_checkpoint(tmp_path):
+    from harness.results.mechanism_probe import probe_run, probe_runs
+
+    frozen = probe_run(_pocket_run(tmp_path, "frozen", 0.0), n_prompts=16, n_samples=2)
+    # lr 0: the last checkpoint holds the start weights, so the probe must read the same entropy and accuracy
+    assert frozen["step"] == 3 and frozen["h_start"] > 0.5  # no warm start: a fresh model is far from certain
+    assert frozen["h_end"] == pytest.approx(frozen["h_start"], rel=1e-5) and frozen["acc_end"] == frozen["acc_start"]
+    moved = probe_run(_pocket_run(tmp_path, "moved", 1e-2), n_prompts=16, n_samples=2)
+    assert moved["h_start"] == pytest.approx(frozen["h_start"], rel=1e-5)  # same seed: same start model
+    assert moved["h_end"] > moved["h_start"] + 1e-3  # a fresh model earns no reward; the entropy bonus moves it
+    res = probe_runs(tmp_path, method="entropy_bonus", n_prompts=16, n_samples=2)
+    assert sorted(r["ratio"] for r in res["runs"]) == pytest.approx(sorted([1.0, moved["ratio"]]), rel=1e-5)
+    assert res["sizes"]["pocket-0.1m"]["ratio"]["n"] == 2
+    with pytest.raises(ValueError, match="no completed 'grpo' run to probe"):
+        probe_runs(tmp_path)
+    (tmp_path / "moved" / "checkpoints" / "latest.pt").unlink()
+    with pytest.raises(ValueError, match="needs result.json and checkpoints/latest.pt"):
+        probe_run(tmp_path / "moved")

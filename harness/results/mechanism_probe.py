@@ -1,0 +1,127 @@
+"""Policy entropy on a fixed probe, at the start and the end of pocket runs (docs/mechanism.md, "Probe").
+
+    python -m harness.results.mechanism_probe RUNS_DIR --out results/mechanism/probe.json [--method grpo]
+
+Why: the trainer logs ``entropy`` on the batch it trains on. With dynamic filtering that batch holds only the
+groups with mixed rewards, i.e. the prompts the policy is still unsure about, so late in a run the logged value
+is the entropy of the hardest prompts, not of the policy (verl logs the same quantity). The probe measures the
+policy itself: ``n_prompts`` training problems (a fixed sample, the same for every run) x ``n_samples`` responses
+at T = 1, token-mean entropy per response, mean over responses; once with the run's warm-started model (the
+state its step 1 starts from) and once with its last checkpoint. Also the sampled accuracy on the same prompts.
+
+Output: ``{"n_prompts", "n_samples", "method", "runs": [{"run_dir", "model", "seed", "step", "h_start", "h_end",
+"ratio", "acc_start", "acc_end"}], "sizes": {SIZE: {"ratio": IV, "collapsed_runs": "k/n"}}}`` with IV as in
+mechanism.json (mean ± 95% Student-t half-width over seeds).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import sys
+import tempfile
+from pathlib import Path
+
+from . import stats
+from .collect import collect
+
+PROBE_SEED = 0
+
+
+def _probe(trainer, problems: list[dict], n_samples: int) -> tuple[float, float]:
+    import torch
+
+    from harness import ops
+
+    gen = torch.Generator().manual_seed(PROBE_SEED)
+    trainer.model.eval()
+    with torch.no_grad():
+        batch = trainer._generate(problems, n_samples, 1.0, gen, with_logprobs=True)
+    if batch.entropy is None:
+        raise ValueError("the probe needs the fast generation path (entropy from the sampling pass)")
+    acc = float(trainer._score(batch, problems, n_samples).mean())
+    return float(ops.masked_mean(batch.entropy, batch.mask, dim=-1).mean()), acc
+
+
+def probe_run(run_dir, n_prompts: int = 200, n_samples: int = 8) -> dict:
+    """Probe entropy and accuracy of one completed pocket run: warm-started model vs ``checkpoints/latest.pt``."""
+    import torch
+
+    from harness.backends.pocket.trainer import PocketTrainer
+    from harness.config import load_config
+
+    run_dir = Path(run_dir)
+    ckpt = run_dir / "checkpoints" / "latest.pt"
+    result = run_dir / "result.json"
+    if not ckpt.is_file() or not result.is_file():
+        raise ValueError(f"{run_dir}: needs result.json and checkpoints/latest.pt (a completed pocket run)")
+    cfg = load_config(run_dir / "config.yaml")
+    if cfg.backend != "pocket":
+        raise ValueError(f"{run_dir}: backend {cfg.backend!r}; the probe runs pocket runs only")
+    blob = torch.load(ckpt, map_location="cpu", weights_only=False)
+    if blob["step"] != cfg.train.steps:
+        raise ValueError(f"{run_dir}: last checkpoint is step {blob['step']}, the run has {cfg.train.steps} steps")
+    trainer = PocketTrainer(cfg, tempfile.mkdtemp(prefix="probe-"), log=lambda *a, **k: None)
+    trainer.setup()  # builds the warm-started model (from its cache) exactly as the run's step 1 did
+    train = trainer.task.train
+    problems = random.Random(PROBE_SEED).sample(train, min(n_prompts, len(train)))
+    h0, a0 = _probe(trainer, problems, n_samples)
+    trainer.model.load_state_dict(blob["model"])
+    h1, a1 = _probe(trainer, problems, n_samples)
+    return {
+        "run_dir": str(run_dir),
+        "model": cfg.model.name,
+        "seed": cfg.seed,
+        "step": int(blob["step"]),
+        "h_start": h0,
+        "h_end": h1,
+        "ratio": h1 / h0 if h0 > 0 else None,
+        "acc_start": a0,
+        "acc_end": a1,
+    }
+
+
+def probe_runs(runs_dir, method: str = "grpo", n_prompts: int = 200, n_samples: int = 8) -> dict:
+    """Probe every completed run of ``method`` under ``runs_dir``; per size the end/start ratio over seeds."""
+    done = collect([runs_dir]).completed
+    done = done[done["label"].astype(str) == method]
+    if done.empty:
+        raise ValueError(f"{runs_dir}: no completed {method!r} run to probe")
+    runs = [probe_run(d, n_prompts, n_samples) for d in sorted(done["run_dir"])]
+    sizes = {}
+    for size in sorted({r["model"] for r in runs}):
+        ratios = [r["ratio"] for r in runs if r["model"] == size and r["ratio"] is not None]
+        iv = stats.mean_ci(ratios)
+        sizes[size] = {
+            "ratio": {"mean": iv.mean, "ci95": iv.half if iv.n >= 2 else None, "n": iv.n},
+            "collapsed_runs": f"{sum(x <= 0.1 for x in ratios)}/{len(ratios)}",
+        }
+    return {"method": method, "n_prompts": n_prompts, "n_samples": n_samples, "runs": runs, "sizes": sizes}
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(prog="python -m harness.results.mechanism_probe", description=__doc__.split("\n")[0])
+    p.add_argument("runs_dir")
+    p.add_argument("--out", required=True, help="JSON file to write")
+    p.add_argument("--method", default="grpo")
+    p.add_argument("--n-prompts", type=int, default=200)
+    p.add_argument("--n-samples", type=int, default=8)
+    a = p.parse_args(argv)
+    try:
+        res = probe_runs(a.runs_dir, a.method, a.n_prompts, a.n_samples)
+    except (ValueError, FileNotFoundError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+    Path(a.out).parent.mkdir(parents=True, exist_ok=True)
+    Path(a.out).write_text(json.dumps(res, indent=1) + "\n")
+    for r in res["runs"]:
+        print(
+            f"{r['model']} s{r['seed']}: H {r['h_start']:.3f} -> {r['h_end']:.3f} (ratio {r['ratio']:.3f}), "
+            f"acc {r['acc_start']:.2f} -> {r['acc_end']:.2f}"
+        )
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
