@@ -251,6 +251,7 @@ def _disambiguate(runs: pd.DataFrame) -> pd.Series:
     for (_model, _task, _setting, label), grp in runs.groupby(["model", "task", "setting", "label"], dropna=False):
         cfgs = {i: json.loads(runs.at[i, "settings"]) for i in grp.index}
         keys = sorted({k for c in cfgs.values() for k in c if not _ignored(k) and k.startswith("method.")})
+        keys = [k for k in keys if not any(o.startswith(k + ".") for o in keys)]  # a mapping whose leaves are listed
         # a key absent from a run (e.g. defaults not yet resolved in an unfinished run) is unknown, not different
         differing = [k for k in keys if len({json.dumps(c[k], sort_keys=True) for c in cfgs.values() if k in c}) > 1]
         if not differing:

@@ -61,6 +61,13 @@ def test_labels_carry_estimator_and_differing_hyperparameters(runs_root, mk):
     assert labels == ["entropy_bonus(coef=0.001)", "entropy_bonus(coef=0.01)", "kl_cov+rloo"]
 
 
+def test_a_differing_nested_option_is_named_once(runs_root, mk):
+    for name, alpha in (("a", 0.1), ("b", 0.4)):
+        mk(runs_root, name, method="entropy_advantage", method_config={"advantage_options": {"alpha": alpha}})
+    labels = sorted(collect([runs_root]).runs["label"])
+    assert labels == ["entropy_advantage(advantage_options.alpha=0.1)", "entropy_advantage(advantage_options.alpha=0.4)"]
+
+
 def test_runs_differing_in_training_settings_are_not_seeds_of_one_row(runs_root, mk):
     import yaml
 
