@@ -149,19 +149,6 @@ def config_hash(d: Mapping) -> str:
 
 # ---------------------------------------------------------------------------------------------- identity
 def _fields_where(cls, key: str, value, prefix: str = "") -> dict[str, Any]:
-    """Dotted path -> default of every field whose metadata ``key`` is ``value``, under dataclass ``cls``."""
-    out = {}
-    for f in dataclasses.fields(cls):
-        path = prefix + f.name
-        default = f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default
-        if dataclasses.is_dataclass(default):
-            out.update(_fields_where(type(default), key, value, path + "."))
-        elif f.metadata.get(key, not value) == value:
-            out[path] = default
-    return out
-
-
-def _fields_where(cls, key: str, value, prefix: str = "") -> dict[str, Any]:
     """Dotted path -> default of every field whose metadata ``key`` equals ``value``, under dataclass ``cls``."""
     out = {}
     for f in dataclasses.fields(cls):
