@@ -7,10 +7,12 @@ groups with mixed rewards, i.e. the prompts the policy is still unsure about, so
 is the entropy of the hardest prompts, not of the policy (verl logs the same quantity). The probe measures the
 policy itself: ``n_prompts`` training problems (a fixed sample, the same for every run) x ``n_samples`` responses
 at T = 1, token-mean entropy per response, mean over responses; once with the run's warm-started model (the
-state its step 1 starts from) and once with its last checkpoint. Also the sampled accuracy on the same prompts.
+state its step 1 starts from) and once with its last checkpoint. Also the sampled accuracy on the same prompts,
+and at the end where the entropy sits: prompts split by their sampled accuracy (all right / mixed / none right).
 
 Output: ``{"n_prompts", "n_samples", "method", "runs": [{"run_dir", "model", "seed", "step", "h_start", "h_end",
-"ratio", "acc_start", "acc_end"}], "sizes": {SIZE: {"ratio": IV, "collapsed_runs": "k/n"}}}`` with IV as in
+"ratio", "acc_start", "acc_end", "end_by_group": {"solved" | "mixed" | "unsolved": {"prompts",
+"entropy_per_token", "entropy_share"}}}], "sizes": {SIZE: {"ratio": IV, "collapsed_runs": "k/n"}}}`` with IV as in
 mechanism.json (mean ± 95% Student-t half-width over seeds).
 """
 
@@ -29,7 +31,9 @@ from .collect import collect
 PROBE_SEED = 0
 
 
-def _probe(trainer, problems: list[dict], n_samples: int) -> tuple[float, float]:
+def _probe(trainer, problems: list[dict], n_samples: int) -> tuple[float, float, dict]:
+    """Entropy (token-mean per response, mean over responses), accuracy, and both per prompt group: ``solved``
+    (all samples right), ``mixed``, ``unsolved`` (none right), with the group's share of the summed token entropy."""
     import torch
 
     from harness import ops
@@ -40,8 +44,21 @@ def _probe(trainer, problems: list[dict], n_samples: int) -> tuple[float, float]
         batch = trainer._generate(problems, n_samples, 1.0, gen, with_logprobs=True)
     if batch.entropy is None:
         raise ValueError("the probe needs the fast generation path (entropy from the sampling pass)")
-    acc = float(trainer._score(batch, problems, n_samples).mean())
-    return float(ops.masked_mean(batch.entropy, batch.mask, dim=-1).mean()), acc
+    scores = trainer._score(batch, problems, n_samples).view(-1, n_samples)
+    ent, mask = batch.entropy.cpu() * batch.mask.cpu(), batch.mask.cpu()
+    acc = scores.mean(1)
+    groups = {"solved": acc == 1, "mixed": (acc > 0) & (acc < 1), "unsolved": acc == 0}
+    by_group = {}
+    for name, sel in groups.items():
+        rows = sel.repeat_interleave(n_samples)
+        tokens = float(mask[rows].sum())
+        by_group[name] = {
+            "prompts": int(sel.sum()),
+            "entropy_per_token": float(ent[rows].sum()) / tokens if tokens else None,
+            "entropy_share": float(ent[rows].sum() / ent.sum()) if float(ent.sum()) > 0 else None,
+        }
+    h = float(ops.masked_mean(batch.entropy, batch.mask, dim=-1).mean())
+    return h, float(acc.mean()), by_group
 
 
 def probe_run(run_dir, n_prompts: int = 200, n_samples: int = 8) -> dict:
@@ -66,9 +83,9 @@ def probe_run(run_dir, n_prompts: int = 200, n_samples: int = 8) -> dict:
     trainer.setup()  # builds the warm-started model (from its cache) exactly as the run's step 1 did
     train = trainer.task.train
     problems = random.Random(PROBE_SEED).sample(train, min(n_prompts, len(train)))
-    h0, a0 = _probe(trainer, problems, n_samples)
+    h0, a0, _ = _probe(trainer, problems, n_samples)
     trainer.model.load_state_dict(blob["model"])
-    h1, a1 = _probe(trainer, problems, n_samples)
+    h1, a1, groups = _probe(trainer, problems, n_samples)
     return {
         "run_dir": str(run_dir),
         "model": cfg.model.name,
@@ -79,6 +96,7 @@ def probe_run(run_dir, n_prompts: int = 200, n_samples: int = 8) -> dict:
         "ratio": h1 / h0 if h0 > 0 else None,
         "acc_start": a0,
         "acc_end": a1,
+        "end_by_group": groups,
     }
 
 

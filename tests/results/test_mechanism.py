@@ -206,6 +206,16 @@ def test_probe_compares_the_start_model_with_the_last_checkpoint(tmp_path):
     # lr 0: the last checkpoint holds the start weights, so the probe must read the same entropy and accuracy
     assert frozen["step"] == 3 and frozen["h_start"] > 0.5  # no warm start: a fresh model is far from certain
     assert frozen["h_end"] == pytest.approx(frozen["h_start"], rel=1e-5) and frozen["acc_end"] == frozen["acc_start"]
+    groups = frozen["end_by_group"]
+    assert sum(g["prompts"] for g in groups.values()) == 16
+    assert sum(g["entropy_share"] for g in groups.values()) == pytest.approx(1.0)
+    assert frozen["acc_end"] == 0.0  # a fresh model never writes the one accepted answer: every prompt unsolved
+    assert groups["unsolved"] == {
+        "prompts": 16,
+        "entropy_per_token": pytest.approx(groups["unsolved"]["entropy_per_token"]),
+        "entropy_share": pytest.approx(1.0),
+    }
+    assert groups["solved"]["entropy_per_token"] is None and groups["solved"]["entropy_share"] == 0.0
     moved = probe_run(_pocket_run(tmp_path, "moved", 1e-2), n_prompts=16, n_samples=2)
     assert moved["h_start"] == pytest.approx(frozen["h_start"], rel=1e-5)  # same seed: same start model
     assert moved["h_end"] > moved["h_start"] + 1e-3  # a fresh model earns no reward; the entropy bonus moves it
