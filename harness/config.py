@@ -50,7 +50,9 @@ class ModelConfig:
 
 @dataclass
 class TaskConfig:
-    name: str = _opt("arith", kind=str, help="pocket task (arith, countdown) or a JSONL file of {prompt, answer}")
+    name: str = _opt(
+        "arith", kind=str, help="pocket task (arith, countdown, gsm_arith) or a JSONL file of {prompt, answer}"
+    )
     test_size: int = _opt(200, kind=int, min=1, help="held-out problems for evaluation")
     options: dict = _opt({}, kind=dict, help="task-specific options (see the task's docstring)")
     chat_template: str = _opt(
