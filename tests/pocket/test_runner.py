@@ -50,7 +50,7 @@ def test_completed_run_is_not_trained_again(cfg_file, tmp_path):
     [
         ("train.stpes=3", "error: train.stpes: unknown key. Did you mean 'steps'"),
         ("model.name=pocket-3m", "error: model.name: unknown model 'pocket-3m'."),
-        ("task.name=aritm", "error: task.name: unknown task 'aritm'. Did you mean 'arith'?"),
+        ("task.name=aritm", "error: task.name: unknown task 'aritm'. Did you mean 'arith' or 'gsm_arith'?"),
         ("method.name=grop", "error: method: unknown method 'grop'."),
     ],
 )
