@@ -156,3 +156,17 @@ def test_wandb_offline_sink(tiny, tmp_path, monkeypatch):
     assert res["status"] == "completed"
     runs = list((tmp_path / "wandb").glob("offline-run-*"))
     assert len(runs) == 1 and list(runs[0].glob("*.wandb"))  # the offline run file `wandb sync` uploads later
+
+
+def test_generated_entropy_is_the_official_entropy_of_every_response_before_filtering(tiny, tmp_path):
+    """``entropy/generated`` comes from the sampling pass over all generated responses; without filtering it is the
+    logged ``entropy`` (eval-mode forward of the same weights, token mean per response), with filtering it still
+    covers the dropped groups (the logged ``entropy`` covers the kept ones only)."""
+    tiny["train"].update(steps=2, dynamic_filtering=False)
+    run(load_config(tiny), tmp_path / "a", quiet=True)
+    for row in read_jsonl(tmp_path / "a" / "metrics.jsonl"):
+        assert row["entropy/generated"] == pytest.approx(row["entropy"], rel=1e-5, abs=1e-6)
+    tiny["train"].update(dynamic_filtering=True, max_gen_batches=2)
+    run(load_config(tiny), tmp_path / "b", quiet=True)
+    for row in read_jsonl(tmp_path / "b" / "metrics.jsonl"):
+        assert 0 < row["entropy/generated"] < 4.1  # finite, below ln(58) (uniform over the vocabulary)

@@ -259,7 +259,7 @@ class PocketTrainer:
         n, want = cfg.samples_per_prompt, cfg.prompts_per_step
         gp = make_generator(self.cfg.seed, step, "prompts")
         gs = make_generator(self.cfg.seed, step, "rollout", self.device)
-        kept_batches, kept_scores, kept_groups, all_scores = [], [], 0, []
+        kept_batches, kept_scores, kept_groups, all_scores, gen_entropy = [], [], 0, [], []
         for _ in range(cfg.max_gen_batches if cfg.dynamic_filtering else 1):
             idx = torch.randint(len(self.task.train), (want,), generator=gp).tolist()
             problems = [self.task.train[i] for i in idx]
@@ -270,6 +270,8 @@ class PocketTrainer:
             self.timing["rollout_s"] += t1 - t0
             self.timing["score_s"] += time.time() - t1
             all_scores.append(scores)
+            if batch.entropy is not None:  # every generated response, before filtering (the fast path records it)
+                gen_entropy.append((batch.entropy * batch.mask).sum(1).cpu() / batch.mask.sum(1).clamp(min=1).cpu())
             groups = scores.view(want, n)
             keep = torch.ones(want, dtype=torch.bool)
             if cfg.dynamic_filtering:
@@ -288,6 +290,8 @@ class PocketTrainer:
             "rollout/batches": len(all_scores),
             "rollout/kept_groups": kept_groups,
         }
+        if gen_entropy:  # the official entropy (T=1, token mean per response, mean over responses) of all generated
+            out["entropy/generated"] = float(torch.cat(gen_entropy).mean())
         if cfg.dynamic_filtering:
             out["filter/kept_frac"] = kept_groups / (want * len(all_scores))
         if not kept_batches:
