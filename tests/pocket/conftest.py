@@ -26,3 +26,30 @@ TINY = {
 def tiny():
     """A run config small enough for a test: 3 steps of 16 responses on the 0.3M model, no warm start."""
     return copy.deepcopy(TINY)
+
+
+@pytest.fixture
+def contract_keys():
+    """The metrics every pocket step logs (docs/contracts.md), checked by the loop test and the SmolLM2 slow test."""
+    return {
+        "step",
+        "reward/mean",
+        "entropy",
+        "cov/term",
+        "cov/mean",
+        "cov/top_0.02pct",
+        "cov/top_0.2pct",
+        "cov/top_2pct",
+        "cov/top_20pct",
+        "cov/top_50pct",
+        "selected/count",
+        "selected/frac",
+        "clipfrac",
+        "ppo_kl",
+        "response/length",
+        "lr",
+        "time/rollout",
+        "time/score",
+        "time/update",
+        "time/wall",
+    }
