@@ -110,6 +110,20 @@ def make_experience(batch=4, prompt_len=3, action_len=5, seed=0, vocab=64, adv=N
     return exp
 
 
+def rollout_forward_entropy(actor, exp) -> torch.Tensor:
+    """Run the actor's eval-mode, no-grad rollout forward on ``exp`` as PolicyModelActor.forward calls it (where the
+    plug-in keeps the rollout's entropy) and return OpenRLHF's ``compute_entropy`` of its logits on the action
+    tokens, (B, action_len), unmasked."""
+    from openrlhf.models.utils import compute_entropy
+
+    actor.eval()
+    with torch.no_grad():
+        actor(exp.sequences, exp.action_mask, exp.attention_mask)
+        _, out = actor(exp.sequences, exp.action_mask, exp.attention_mask, return_output=True)
+    actor.train()
+    return compute_entropy(out["logits"][:, :-1])[:, -exp.action_mask.shape[1] :]
+
+
 def experience_maker(estimator, n, actor_model_group=None):
     """A RemoteExperienceMaker without its constructor: just what compute_advantages_and_returns reads."""
     from openrlhf.trainer.ppo_utils.experience_maker import RemoteExperienceMaker

@@ -4,7 +4,7 @@ forward, reaches the advantage estimator in the experience maker (a Ray call to 
 
 import pytest
 import torch
-from orl_testlib import make_experience, trainer_args
+from orl_testlib import make_experience, rollout_forward_entropy, trainer_args
 
 pytestmark = pytest.mark.openrlhf
 
@@ -19,19 +19,11 @@ def hand_entropy_advantage(rewards, n, entropy, mask, alpha=0.4, kappa=2.0):
 def test_old_logprob_pass_feeds_the_estimator_per_token(configure, make_trainer):
     """The eval-mode, no-grad forward of make_experience keeps each response's per-token entropy (OpenRLHF's
     compute_entropy on its logits); the advantages then equal the hand formula on those entropies."""
-    from openrlhf.models.utils import compute_entropy
-
     plugin = configure({"name": "entropy_advantage"})
     trainer = make_trainer(trainer_args())
     exp = make_experience(batch=8, seed=13)
-    actor = trainer.actor
-    actor.eval()
-    with torch.no_grad():
-        actor(exp.sequences, exp.action_mask, exp.attention_mask)  # as PolicyModelActor.forward calls it
-        _, out = actor(exp.sequences, exp.action_mask, exp.attention_mask, return_output=True)
-    actor.train()
     mask = exp.action_mask.float()
-    want = compute_entropy(out["logits"][:, :-1])[:, -mask.shape[1] :].float() * mask
+    want = rollout_forward_entropy(trainer.actor, exp).float() * mask
     assert len(plugin.STATE.rollout_token_entropy) == 8
     plugin.STATE.rollout_token_entropy[12345] = torch.ones(3)  # a stale row (never asked for): dropped
 

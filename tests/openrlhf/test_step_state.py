@@ -7,7 +7,7 @@ from types import SimpleNamespace
 
 import pytest
 import torch
-from orl_testlib import make_experience, trainer_args
+from orl_testlib import make_experience, rollout_forward_entropy, trainer_args
 
 pytestmark = pytest.mark.openrlhf
 
@@ -15,19 +15,12 @@ pytestmark = pytest.mark.openrlhf
 def _rollout(trainer, monkeypatch, seed=7):
     """make_experience's old-log-prob forward (eval, no grad: measures the entropy), then the replay buffer.
     Returns the experience and each row's token-mean entropy from OpenRLHF's compute_entropy."""
-    from openrlhf.models.utils import compute_entropy
     from openrlhf.trainer.ppo_utils.replay_buffer import NaiveReplayBuffer
 
     exp = make_experience(batch=6, action_len=5, seed=seed)
     exp.rewards = torch.ones(6)
-    actor = trainer.actor
-    actor.eval()
-    with torch.no_grad():
-        actor(exp.sequences, exp.action_mask, exp.attention_mask)  # as PolicyModelActor.forward calls it
-        _, out = actor(exp.sequences, exp.action_mask, exp.attention_mask, return_output=True)
-    actor.train()
     m = exp.action_mask.double()
-    per_row = (compute_entropy(out["logits"][:, :-1][:, -m.shape[1] :]).double() * m).sum(-1) / m.sum(-1)
+    per_row = (rollout_forward_entropy(trainer.actor, exp).double() * m).sum(-1) / m.sum(-1)
     monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
     trainer.replay_buffer = NaiveReplayBuffer(2, cpu_offload=False)
     trainer.replay_buffer.append(exp)
