@@ -124,6 +124,23 @@ def rollout_forward_entropy(actor, exp) -> torch.Tensor:
     return compute_entropy(out["logits"][:, :-1])[:, -exp.action_mask.shape[1] :]
 
 
+def split_experience(full, rows) -> list:
+    """``full`` cut into micro-batch Experiences by row slices (sequences, masks, old log-probs, advantages)."""
+    from openrlhf.trainer.ppo_utils.experience import Experience
+
+    return [
+        Experience(
+            sequences=full.sequences[r],
+            attention_mask=full.attention_mask[r],
+            action_mask=full.action_mask[r],
+            action_log_probs=full.action_log_probs[r],
+            advantages=full.advantages[r],
+            info={},
+        )
+        for r in rows
+    ]
+
+
 def experience_maker(estimator, n, actor_model_group=None):
     """A RemoteExperienceMaker without its constructor: just what compute_advantages_and_returns reads."""
     from openrlhf.trainer.ppo_utils.experience_maker import RemoteExperienceMaker
@@ -160,7 +177,6 @@ def dp_rank_main(rank, world, model_dir, port, out_dir, method):
         hook.install()
         import openrlhf.trainer.ray.ppo_actor as ppo_actor
         from openrlhf.models import Actor
-        from openrlhf.trainer.ppo_utils.experience import Experience
 
         ppo_actor.torch_dist_barrier_and_cuda_sync = lambda: None
         ppo_actor.NaiveReplayBuffer = lambda *a, **k: SimpleNamespace()
@@ -175,17 +191,7 @@ def dp_rank_main(rank, world, model_dir, port, out_dir, method):
         full = make_experience(batch=8, seed=2)
         per_rank = 8 // world
         rows = [slice(rank * per_rank + i, rank * per_rank + i + 2) for i in range(0, per_rank, 2)]
-        micro = [
-            Experience(
-                sequences=full.sequences[r],
-                attention_mask=full.attention_mask[r],
-                action_mask=full.action_mask[r],
-                action_log_probs=full.action_log_probs[r],
-                advantages=full.advantages[r],
-                info={},
-            )
-            for r in rows
-        ]
+        micro = split_experience(full, rows)
         out = list(ppo_actor.iter_grad_accum_global_norm(iter(micro), strategy, len(micro), lambda e: e.action_mask))
         assert [it for it, _ in out] == micro
         torch.save(

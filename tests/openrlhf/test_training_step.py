@@ -6,7 +6,7 @@ OpenRLHF's own; only DeepSpeed is replaced by a one-process strategy (``FakeStra
 
 import pytest
 import torch
-from orl_testlib import make_experience, trainer_args
+from orl_testlib import make_experience, split_experience, trainer_args
 
 pytestmark = pytest.mark.openrlhf
 
@@ -116,26 +116,11 @@ def test_global_scope_plan_is_independent_of_micro_batching(configure, make_trai
     expected = m.selection_plan(lp, full.action_log_probs, full.advantages, full.action_mask)
     assert 0 < int(expected.sum()) < int(full.action_mask.sum())
 
-    from openrlhf.trainer.ppo_utils.experience import Experience
-
-    def split(rows):
-        return [
-            Experience(
-                sequences=full.sequences[r],
-                attention_mask=full.attention_mask[r],
-                action_mask=full.action_mask[r],
-                action_log_probs=full.action_log_probs[r],
-                advantages=full.advantages[r],
-                info={},
-            )
-            for r in rows
-        ]
-
     from harness.backends.openrlhf import plugin
 
     plugin.STATE.trainer = trainer
     for rows in ([slice(0, 2), slice(2, 4), slice(4, 6)], [slice(0, 3), slice(3, 6)]):
-        micro = split(rows)
+        micro = split_experience(full, rows)
         items = list(
             ppo_actor.iter_grad_accum_global_norm(iter(micro), trainer.strategy, len(micro), lambda e: e.action_mask)
         )
@@ -144,7 +129,7 @@ def test_global_scope_plan_is_independent_of_micro_batching(configure, make_trai
         assert torch.equal(plan, expected)
 
     # and the training step uses the plan: selected/frac in the step equals the plan's share of its tokens
-    micro = split([slice(0, 3), slice(3, 6)])
+    micro = split_experience(full, [slice(0, 3), slice(3, 6)])
     list(ppo_actor.iter_grad_accum_global_norm(iter(micro), trainer.strategy, 2, lambda e: e.action_mask))
     status = trainer.training_step(micro[0], kl_ctl=0.0, step=0, loss_batch_info=_norms(micro[0]))
     want = float(micro[0]._harness_selected.sum() / micro[0].action_mask.sum())
@@ -269,7 +254,6 @@ def test_global_plan_with_entropy_is_independent_of_micro_batching(configure, ma
     the plan over 2x3 or 3x2 micro-batches equals the top-20% tokens of OpenRLHF's compute_entropy over all 6."""
     import openrlhf.trainer.ray.ppo_actor as ppo_actor
     from openrlhf.models.utils import compute_entropy
-    from openrlhf.trainer.ppo_utils.experience import Experience
 
     from harness.backends.openrlhf import plugin
 
@@ -286,16 +270,6 @@ def test_global_plan_with_entropy_is_independent_of_micro_batching(configure, ma
     expected = torch.zeros_like(flat, dtype=torch.bool)
     expected[flat.topk(k).indices] = True
     for rows in ([slice(0, 2), slice(2, 4), slice(4, 6)], [slice(0, 3), slice(3, 6)]):
-        micro = [
-            Experience(
-                sequences=full.sequences[r],
-                attention_mask=full.attention_mask[r],
-                action_mask=full.action_mask[r],
-                action_log_probs=full.action_log_probs[r],
-                advantages=full.advantages[r],
-                info={},
-            )
-            for r in rows
-        ]
+        micro = split_experience(full, rows)
         list(ppo_actor.iter_grad_accum_global_norm(iter(micro), trainer.strategy, len(micro), lambda e: e.action_mask))
         assert torch.equal(torch.cat([e._harness_selected for e in micro]).flatten(), expected)
