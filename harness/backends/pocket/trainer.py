@@ -271,7 +271,7 @@ class PocketTrainer:
             self.timing["score_s"] += time.time() - t1
             all_scores.append(scores)
             if batch.entropy is not None:  # every generated response, before filtering (the fast path records it)
-                gen_entropy.append((batch.entropy * batch.mask).sum(1).cpu() / batch.mask.sum(1).clamp(min=1).cpu())
+                gen_entropy.append(ops.masked_mean(batch.entropy, batch.mask, dim=-1).cpu())
             groups = scores.view(want, n)
             keep = torch.ones(want, dtype=torch.bool)
             if cfg.dynamic_filtering:
