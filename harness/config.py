@@ -81,6 +81,14 @@ class TrainConfig:
     max_new_tokens: int = _opt(8, kind=int, min=1)
     dynamic_filtering: bool = _opt(False, kind=bool, help="DAPO: drop groups whose rewards are all equal")
     max_gen_batches: int = _opt(3, kind=int, min=1, help="rollout batches tried to fill a filtered step")
+    entropy_after_update: bool = _opt(
+        False,
+        kind=bool,
+        measures=False,
+        late=True,
+        help="pocket: after each step's updates, one no-grad forward over the trained batch logs "
+        "entropy/update_delta, the entropy change the update caused on the same states (Theorem 1)",
+    )
     checkpoint_every: int = _opt(
         10, kind=int, min=0, measures=False, help="steps between checkpoints; 0 = only at the end"
     )
@@ -216,7 +224,7 @@ def identity_dict(d: Mapping) -> dict:
         if isinstance(node, dict) and last in node:
             if path in non_measuring_fields():
                 node[last] = copy.deepcopy(default)
-            elif node[last] == default:
+            if path in late_fields() and node[last] == default:
                 del node[last]
     return d
 

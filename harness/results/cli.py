@@ -55,6 +55,9 @@ def register(sub) -> None:
     mc.add_argument("--formats", default="png", help="comma-separated image formats (default png)")
     mc.add_argument("--law-family", default=None,
                     help="comma-separated methods pooled for the law fits (default: those of grpo,rloo,prime present)")
+    mc.add_argument("--entropy-key", default="auto",
+                    help="metrics key used as the entropy H (default auto: entropy/generated when every run logs it, "
+                         "the entropy of all generated responses before dynamic filtering; else entropy)")
     mc.set_defaults(func=cmd_mechanism)
 
     f = sub.add_parser("fit", help="fit the entropy law R = -a·exp(H) + b",
@@ -143,7 +146,8 @@ def cmd_mechanism(args) -> int:
     family = None if args.law_family is None else tuple(x.strip() for x in args.law_family.split(",") if x.strip())
     if family is not None and not family:
         raise ValueError("--law-family: give at least one method, e.g. grpo,rloo,prime")
-    for p in write_mechanism(args.runs_dir, args.out, args.score_key, args.baseline, _formats(args.formats), family):
+    for p in write_mechanism(args.runs_dir, args.out, args.score_key, args.baseline, _formats(args.formats), family,
+                             args.entropy_key):
         print(p)
     return 0
 

@@ -3,7 +3,11 @@
 Writes ``mechanism.json`` (shape below, stable; ``null`` = not computable from these runs) and figures.
 Definitions (what differs from the paper is said here):
 
-* start / end entropy of a run: mean ``entropy`` over its first / last ``WINDOW`` logged steps (the paper reads
+* the entropy H (``entropy_key``): ``auto`` = ``entropy/generated`` when every run logs it — the official entropy
+  of all responses generated at the step, before dynamic filtering drops groups (without filtering it equals
+  ``entropy``; with filtering ``entropy`` covers only the kept mixed-reward groups, a subset that changes from step
+  to step) — else ``entropy``. Every analysis below uses this one key.
+* start / end entropy of a run: mean H over its first / last ``WINDOW`` logged steps (the paper reads
   single points of smoothed curves); ``grpo_entropy_ratio`` = end / start of the baseline's runs, mean ± 95% CI
   over seeds. ``collapsed`` = ratio ≤ 0.1 and ``late_gain_fraction`` (held-out gain in the last third ÷ the total
   gain, seed mean) < 0.1 — the criterion of issue #11.
@@ -16,15 +20,18 @@ Definitions (what differs from the paper is said here):
   fit on that algorithm's points) beside ``rmse_own``: close values = one law serves all algorithms.
 * ``prediction_rmse``: the law fitted on the pooled points of steps ≤ T/3 predicts each family run's final score
   from its end entropy; RMSE over runs (score units; the paper reports about 1 point).
-* ``cov_vs_entropy_change``: per consecutive step pair, ΔH = H[t+1] - H[t] against the logged covariance term
-  ``cov/term`` of step t, all runs; Pearson r and least-squares slope (Theorem 1 predicts r < 0).
+* ``cov_vs_entropy_change``: per step, the entropy change ΔH of its update against its logged covariance term
+  ``cov/term``, all runs; Pearson r and least-squares slope (Theorem 1 predicts r < 0). ΔH (``delta_key``) =
+  ``entropy/update_delta`` when every run logs it (``train.entropy_after_update``: the trained batch re-measured
+  after the update, same states), else H[t+1] - H[t] of consecutive steps (which also carries the change of
+  prompts between two rollouts).
   ``cov_groups`` = mean covariance of the top-x% tokens (the paper's Table 1 groups) per quarter of training.
 * ``methods``: per method and size, paired (same-seed) ratio of end entropies to the baseline's and paired
   difference of final held-out scores (score units), mean ± 95% Student-t CI (harness.results.stats).
 
 ``mechanism.json``::
 
-    {"score_key", "baseline", "law_family", "steps", "seeds",
+    {"score_key", "entropy_key", "delta_key", "baseline", "law_family", "steps", "seeds",
      "sizes": {SIZE: {"model_params", "n_runs", "law": {"a", "b", "r2", "n"},
                       "law_by_algorithm": {ALG: {"a", "b", "r2", "n", "rmse_own", "rmse_pooled"}},
                       "early_fraction": {"entropy_drop": IV, "gain": IV}, "late_gain_fraction": IV,
@@ -49,7 +56,7 @@ import pandas as pd
 from . import stats
 from .collect import Collection
 from .fit import fit_entropy_law, fit_size_trend, ols_line
-from .points import resolve_score_key, run_points, score_series
+from .points import ENTROPY_KEY, GENERATED_KEY, UPDATE_DELTA_KEY, resolve_score_key, run_points, score_series
 
 WINDOW = 5
 LAW_FAMILY = ("grpo", "rloo", "prime")
@@ -77,13 +84,30 @@ def _clean(obj):
     return obj
 
 
+def _logged_by_every_run(m: pd.DataFrame, done: pd.DataFrame, key: str) -> bool:
+    if key not in m.columns:
+        return False
+    counts = m[m["run_dir"].isin(done["run_dir"])].groupby("run_dir")[key].count()
+    return bool(counts.reindex(done["run_dir"]).fillna(0).gt(0).all())
+
+
+def _entropy_keys(col: Collection, done: pd.DataFrame, entropy_key: str) -> tuple[str, str | None]:
+    """(H key, ΔH key or None): see the module docstring."""
+    m = col.metrics
+    if entropy_key == "auto":
+        entropy_key = GENERATED_KEY if _logged_by_every_run(m, done, GENERATED_KEY) else ENTROPY_KEY
+    if not _logged_by_every_run(m, done, entropy_key):
+        known = sorted(c for c in m.columns if c.startswith("entropy"))
+        raise ValueError(f"entropy key {entropy_key!r} is not logged by every completed run (the mechanism analyses "
+                         f"need it); entropy keys present: {', '.join(known) or 'none'}")
+    return entropy_key, (UPDATE_DELTA_KEY if _logged_by_every_run(m, done, UPDATE_DELTA_KEY) else None)
+
+
 def _check(col: Collection, baseline: str) -> pd.DataFrame:
     done = col.completed
     if done.empty:
         detail = "; ".join(f"{r.run_dir} ({r.detail})" for r in col.not_completed.itertuples())
         raise ValueError(f"no completed run to analyse (result.json with status completed): {detail}")
-    if "entropy" not in col.metrics.columns or col.metrics["entropy"].notna().sum() == 0:
-        raise ValueError("the runs logged no 'entropy' in metrics.jsonl; the mechanism analyses need it")
     methods = sorted(done["label"].astype(str).unique())
     if baseline not in methods:
         raise ValueError(f"baseline method {baseline!r} has no completed run; methods present: {', '.join(methods)}")
@@ -94,13 +118,14 @@ def _check(col: Collection, baseline: str) -> pd.DataFrame:
     return done
 
 
-def _run_summaries(col: Collection, done: pd.DataFrame, score_key: str) -> pd.DataFrame:
+def _run_summaries(col: Collection, done: pd.DataFrame, score_key: str, entropy_key: str) -> pd.DataFrame:
     """One row per completed run: start/end/third entropy, eval curve at 0, T/3, 2T/3, T."""
     m = col.metrics[col.metrics["run_dir"].isin(done["run_dir"])]
     scores = score_series(col, score_key)
     rows = []
     for r in done.itertuples():
-        h = m[m["run_dir"] == r.run_dir].dropna(subset=["entropy"]).sort_values("step")
+        h = m[m["run_dir"] == r.run_dir].dropna(subset=[entropy_key]).sort_values("step")
+        h = h.assign(entropy=h[entropy_key])
         s = scores[scores["run_dir"] == r.run_dir].sort_values("step")
         if len(h) < 2 * WINDOW or s.empty:
             continue
@@ -174,12 +199,12 @@ def _size_block(runs: pd.DataFrame, pts: pd.DataFrame, baseline: str, family=LAW
     return out
 
 
-def _cov(col: Collection, done: pd.DataFrame) -> tuple[dict | None, dict]:
+def _cov(col: Collection, done: pd.DataFrame, entropy_key: str, delta_key: str | None) -> tuple[dict | None, dict]:
     from .plots import NoData, entropy_change_pairs, pearson_r
 
     m = col.metrics[col.metrics["run_dir"].isin(done["run_dir"])]
     try:
-        pairs = entropy_change_pairs(m)
+        pairs = entropy_change_pairs(m, entropy_key, delta_key)
     except NoData:
         return None, {}
     slope, _, _ = ols_line(pairs["cov/term"].to_numpy(float), pairs["delta_h"].to_numpy(float))
@@ -195,10 +220,12 @@ def _cov(col: Collection, done: pd.DataFrame) -> tuple[dict | None, dict]:
     return res, groups
 
 
-def analyse(col: Collection, score_key: str = "auto", baseline: str = "grpo", law_family=None) -> dict:
+def analyse(col: Collection, score_key: str = "auto", baseline: str = "grpo", law_family=None,
+            entropy_key: str = "auto") -> dict:
     """All analyses of the module docstring; raises ValueError naming what the runs lack. ``law_family``
     None = the paper's GRPO-family methods that are present; given = exactly these (each must have runs)."""
     done = _check(col, baseline)
+    entropy_key, delta_key = _entropy_keys(col, done, entropy_key)
     explicit = law_family is not None
     law_family = tuple(law_family) if explicit else LAW_FAMILY
     unknown = sorted(set(law_family) - set(done["label"].astype(str)))
@@ -206,9 +233,9 @@ def analyse(col: Collection, score_key: str = "auto", baseline: str = "grpo", la
         raise ValueError(f"law family method(s) {', '.join(unknown)} have no completed run; methods present: "
                          + ", ".join(sorted(done["label"].astype(str).unique())))
     key = resolve_score_key(col, score_key)
-    runs = _run_summaries(col, done, key)
-    pts = run_points(col, key)
-    out: dict = {"score_key": key, "baseline": baseline, "law_family": list(law_family),
+    runs = _run_summaries(col, done, key, entropy_key)
+    pts = run_points(col, key, entropy_key)
+    out: dict = {"score_key": key, "entropy_key": entropy_key, "delta_key": delta_key, "baseline": baseline, "law_family": list(law_family),
                  "steps": int(runs["steps"].max()), "seeds": int(runs.groupby(["model", "label"]).size().max()),
                  "window": WINDOW, "sizes": {}, "methods": {}}
     order = runs.groupby("model")["model_params"].max().sort_values(na_position="last").index
@@ -221,7 +248,7 @@ def analyse(col: Collection, score_key: str = "auto", baseline: str = "grpo", la
     if len({p for p, _ in laws}) >= 2:
         out["size_trend"] = fit_size_trend([p for p, _ in laws], [w["a"] for _, w in laws],
                                            [w["b"] for _, w in laws]).to_dict()
-    out["cov_vs_entropy_change"], out["cov_groups"] = _cov(col, done)
+    out["cov_vs_entropy_change"], out["cov_groups"] = _cov(col, done, entropy_key, delta_key)
     for (model, label), g in runs.groupby(["model", "label"]):
         if label == baseline:
             continue
@@ -238,7 +265,7 @@ def analyse(col: Collection, score_key: str = "auto", baseline: str = "grpo", la
 
 
 def write_mechanism(runs_dir, out_dir, score_key: str = "auto", baseline: str = "grpo",
-                    formats=("png",), law_family=None) -> list[Path]:
+                    formats=("png",), law_family=None, entropy_key: str = "auto") -> list[Path]:
     """Collect ``runs_dir``, analyse, write mechanism.json and the figures; returns the written paths."""
     import warnings
 
@@ -247,13 +274,14 @@ def write_mechanism(runs_dir, out_dir, score_key: str = "auto", baseline: str = 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         col = collect([runs_dir])
-    res = analyse(col, score_key, baseline, law_family)
+    res = analyse(col, score_key, baseline, law_family, entropy_key)
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     path = out_dir / "mechanism.json"
     path.write_text(json.dumps(res, indent=1, sort_keys=True) + "\n", encoding="utf-8")
     md = out_dir / "mechanism.md"
     fam = "" if law_family is None else f" --law-family {','.join(law_family)}"
+    fam += "" if entropy_key == "auto" else f" --entropy-key {entropy_key}"
     md.write_text(f"# Mechanism analyses: {runs_dir}\n\nRegenerate: `harness mechanism {runs_dir} --out {out_dir}{fam}`"
                   "\n\n" + summary_markdown(res), encoding="utf-8")
     written = [path, md]
@@ -275,8 +303,11 @@ def _iv(d, scale: float = 1.0, fmt: str = "{:.2f}") -> str:
 def summary_markdown(res: dict) -> str:
     """mechanism.md: the numbers of mechanism.json as tables (scores in percent points)."""
     g = lambda v, f="{:.3g}": "—" if v is None else f.format(v)  # noqa: E731
-    out = [f"Score: `{res['score_key']}` (percent below); baseline `{res['baseline']}`; {res['steps']} steps; "
-           f"up to {res['seeds']} seeds per (size, method); intervals = 95% Student-t over seeds.", "",
+    delta = (f"`{res['delta_key']}` (the update's change on the trained batch)" if res.get("delta_key")
+             else "H[t+1] − H[t]")
+    out = [f"Score: `{res['score_key']}` (percent below); entropy H: `{res['entropy_key']}`; ΔH: {delta}; baseline "
+           f"`{res['baseline']}`; {res['steps']} steps; up to {res['seeds']} seeds per (size, method); intervals = "
+           "95% Student-t over seeds.", "",
            "| size | params | GRPO end/start entropy | late-third gain / total | collapsed | early: entropy drop "
            "| early: gain | law a | law b | law R² | points | prediction RMSE (points, runs) |",
            "|---|---|---|---|---|---|---|---|---|---|---|---|"]
@@ -303,7 +334,7 @@ def summary_markdown(res: dict) -> str:
     c = res.get("cov_vs_entropy_change")
     if c:
         per = ", ".join(f"{m} {g(w['pearson_r'], '{:.2f}')} (n={w['n']})" for m, w in c["by_method"].items())
-        out += ["", f"ΔH = H[t+1] − H[t] vs cov/term[t]: Pearson r = {g(c['pearson_r'], '{:.2f}')}, slope "
+        out += ["", f"ΔH vs cov/term of the same step: Pearson r = {g(c['pearson_r'], '{:.2f}')}, slope "
                     f"{g(c['slope'])}, n = {c['n']} step pairs (Theorem 1 predicts r < 0). By method: {per}."]
     out += ["", "Rescue vs the baseline, paired by seed (end entropy ratio; final score difference in points):", "",
             "| method | size | end entropy ÷ GRPO's | score − GRPO's (points) |", "|---|---|---|---|"]

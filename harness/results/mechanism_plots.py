@@ -23,7 +23,7 @@ def plot_mechanism(col, res: dict, out_dir: Path, formats=("png",)) -> list[Path
     for ax, size in zip(axes, sizes):
         g = m[m["model"] == size]
         for lab in order:
-            c = g[g["label"] == lab].groupby("step")["entropy"].agg(["mean", "std"])
+            c = g[g["label"] == lab].groupby("step")[res["entropy_key"]].agg(["mean", "std"])
             if c.empty:
                 continue
             ax.plot(c.index, c["mean"], color=palette[lab], lw=1.2, label=lab)
@@ -31,13 +31,13 @@ def plot_mechanism(col, res: dict, out_dir: Path, formats=("png",)) -> list[Path
         ax.set_title(f"{size}: GRPO end/start entropy {r:.2f}" if r is not None else size, fontsize=9)
         ax.set_yscale("log")
         ax.set_xlabel("step")
-        ax.set_ylabel("entropy (mean over seeds, log scale)")
+        ax.set_ylabel(f"{res['entropy_key']} (mean over seeds, log scale)")
     axes[0].legend(fontsize=7)
     written += _save(fig, out_dir, "mechanism_entropy", formats)
 
     from .points import run_points
 
-    pts = run_points(col, res["score_key"])
+    pts = run_points(col, res["score_key"], res["entropy_key"])
     fig, axes = _panels(len(sizes))
     for ax, size in zip(axes, sizes):
         p = pts[(pts["model"] == size) & pts["label"].isin(res["law_family"])]
@@ -48,13 +48,14 @@ def plot_mechanism(col, res: dict, out_dir: Path, formats=("png",)) -> list[Path
             h = np.linspace(p["entropy"].min(), p["entropy"].max(), 50)
             ax.plot(h, -law["a"] * np.exp(h) + law["b"], color="k", lw=1)
             ax.set_title(f"{size}: a={law['a']:.2f} b={law['b']:.2f} R²={law['r2']:.2f}", fontsize=9)
-        ax.set_xlabel("entropy H")
+        ax.set_xlabel(f"entropy H ({res['entropy_key']})")
         ax.set_ylabel(res["score_key"])
     axes[0].legend(fontsize=7)
     written += _save(fig, out_dir, "mechanism_law", formats)
 
     try:
-        written += plot_entropy_change(col, out_dir, formats=formats)
+        written += plot_entropy_change(col, out_dir, formats=formats, entropy_key=res["entropy_key"],
+                                       delta_key=res["delta_key"])
     except NoData:
         pass
 

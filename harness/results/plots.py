@@ -137,22 +137,27 @@ def plot_cov_distribution(col, out_dir, include_incomplete=False, formats=("png"
     return _save(fig, Path(out_dir), "cov_distribution", formats)
 
 
-def entropy_change_pairs(m: pd.DataFrame) -> pd.DataFrame:
-    """Pair each step's covariance term with the entropy change its update caused: H[t+1] - H[t].
+def entropy_change_pairs(m: pd.DataFrame, entropy_key: str = "entropy", delta_key: str | None = None) -> pd.DataFrame:
+    """Pair each step's covariance term with the entropy change its update caused (column ``delta_h``).
 
-    ``entropy`` at step t is measured on step t's rollout, before step t's update, so the update of step t
-    shows up in the next step's entropy. Only consecutive logged steps are paired."""
-    need = {"entropy", "cov/term"}
+    With ``delta_key`` (``entropy/update_delta``: the trained batch re-measured after the step's updates) the change
+    is that of the same states, the update's effect alone. Without it: H[t+1] - H[t] of ``entropy_key``, since the
+    entropy at step t is measured on step t's rollout, before step t's update; only consecutive steps are paired
+    (this difference also carries the change of prompts between the two rollouts)."""
+    need = {"cov/term", delta_key or entropy_key}
     if not need <= set(m.columns):
         raise NoData(f"entropy_change_vs_cov: runs did not log {sorted(need - set(m.columns))}")
-    out = []
-    for _, grp in m.sort_values("step").groupby("run_dir"):
-        nxt = grp["entropy"].shift(-1)
-        consecutive = grp["step"].shift(-1) == grp["step"] + 1
-        out.append(grp.assign(delta_h=(nxt - grp["entropy"]).where(consecutive)))
-    pairs = pd.concat(out).dropna(subset=["cov/term", "delta_h"])
+    if delta_key:
+        pairs = m.assign(delta_h=m[delta_key]).dropna(subset=["cov/term", "delta_h"])
+    else:
+        out = []
+        for _, grp in m.sort_values("step").groupby("run_dir"):
+            nxt = grp[entropy_key].shift(-1)
+            consecutive = grp["step"].shift(-1) == grp["step"] + 1
+            out.append(grp.assign(delta_h=(nxt - grp[entropy_key]).where(consecutive)))
+        pairs = pd.concat(out).dropna(subset=["cov/term", "delta_h"])
     if len(pairs) < 3:
-        raise NoData("entropy_change_vs_cov: fewer than 3 steps with both cov/term and a next-step entropy")
+        raise NoData("entropy_change_vs_cov: fewer than 3 steps with both cov/term and an entropy change")
     return pairs
 
 
@@ -163,9 +168,11 @@ def pearson_r(x, y) -> float:
     return float(np.corrcoef(x, y)[0, 1])
 
 
-def plot_entropy_change(col, out_dir, include_incomplete=False, formats=("png", "pdf")):
-    """Theorem 1 check: the entropy decrease -ΔH against the covariance term, with Pearson r."""
-    pairs = entropy_change_pairs(_completed(col, include_incomplete))
+def plot_entropy_change(col, out_dir, include_incomplete=False, formats=("png", "pdf"), entropy_key="entropy",
+                        delta_key=None):
+    """Theorem 1 check: the entropy decrease -ΔH against the covariance term, with Pearson r (ΔH: see
+    ``entropy_change_pairs``)."""
+    pairs = entropy_change_pairs(_completed(col, include_incomplete), entropy_key, delta_key)
     pairs = pairs.assign(neg_delta_h=-pairs["delta_h"]).rename(columns={"label": "method"})
     r_all = pearson_r(pairs["cov/term"], pairs["neg_delta_h"])
     names = {m: f"{m} (r={pearson_r(g['cov/term'], g['neg_delta_h']):.2f})" for m, g in pairs.groupby("method")}
@@ -177,7 +184,7 @@ def plot_entropy_change(col, out_dir, include_incomplete=False, formats=("png", 
     ax.axhline(0, color="0.6", lw=0.8)
     ax.axvline(0, color="0.6", lw=0.8)
     ax.set_xlabel("covariance term at step t")
-    ax.set_ylabel("−ΔH = H[t] − H[t+1]")
+    ax.set_ylabel("−ΔH of the update, same batch" if delta_key else f"−ΔH = H[t] − H[t+1] ({entropy_key})")
     ax.set_title(f"Entropy change vs covariance (Theorem 1): r = {r_all:.2f}, {len(pairs)} steps")
     ax.legend(fontsize=7)
     return _save(fig, Path(out_dir), "entropy_change_vs_cov", formats)

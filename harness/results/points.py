@@ -16,6 +16,8 @@ from .collect import Collection
 
 REWARD_KEY = "reward/mean"
 ENTROPY_KEY = "entropy"
+GENERATED_KEY = "entropy/generated"  # every response generated at the step, before dynamic filtering
+UPDATE_DELTA_KEY = "entropy/update_delta"  # the step's update's entropy change on the trained batch
 
 
 def resolve_score_key(col: Collection, score_key: str = "auto") -> str:

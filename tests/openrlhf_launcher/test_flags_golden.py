@@ -304,6 +304,7 @@ def test_dry_run_command_shows_env_and_flags(tmp_path):
         (config(updates_per_rollout=3), "updates_per_rollout: 3 does not divide"),
         (config(micro_batch_size=3), "not a multiple of micro_batch_size"),
         (config(samples_per_prompt=1), "at least 2"),
+        (config(entropy_after_update=True), "train.entropy_after_update: true is pocket-only"),
         (config(openrlhf={"vllm_engines": 3}), "vllm_engines x vllm_tp == actor GPUs"),
         (config(openrlhf={"gpus": 8}), r"openrlhf.gpus: unknown key. Did you mean 'gpus_per_node'"),
         (config(openrlhf={"zero_stage": 4}), "openrlhf.zero_stage: 4 is not allowed"),

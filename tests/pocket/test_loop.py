@@ -147,3 +147,28 @@ def test_generated_entropy_is_the_official_entropy_of_every_response_before_filt
     run(load_config(tiny), tmp_path / "b", quiet=True)
     for row in read_jsonl(tmp_path / "b" / "metrics.jsonl"):
         assert 0 < row["entropy/generated"] < 4.1  # finite, below ln(58) (uniform over the vocabulary)
+
+
+def test_entropy_after_update_measures_the_updates_effect_on_the_trained_batch_alone(tiny, tmp_path):
+    """``train.entropy_after_update`` re-measures the trained batch with the updated weights: zero change at lr 0,
+    a rise under a strong entropy bonus; it is a measurement only (no other metric, no weight changes)."""
+    tiny["train"].update(steps=2, dynamic_filtering=False, entropy_after_update=True)
+    tiny["eval"]["every"] = 0
+    run(load_config({**tiny, "train": {**tiny["train"], "lr": 0.0}}), tmp_path / "lr0", quiet=True)
+    for row in read_jsonl(tmp_path / "lr0" / "metrics.jsonl"):
+        assert row["entropy/after_update"] == pytest.approx(row["entropy"], rel=1e-5)
+        assert abs(row["entropy/update_delta"]) < 1e-5
+
+    bonus = {**tiny, "method": {"name": "entropy_bonus", "coef": 5.0}}
+    run(load_config(bonus), tmp_path / "bonus", quiet=True)
+    rows = read_jsonl(tmp_path / "bonus" / "metrics.jsonl")
+    for row in rows:
+        assert row["entropy/update_delta"] > 1e-3  # the untrained model is near ln(58): it can only rise a little
+        assert row["entropy/update_delta"] == pytest.approx(row["entropy/after_update"] - row["entropy"], abs=1e-6)
+
+    run(load_config({**bonus, "train": {**tiny["train"], "entropy_after_update": False}}), tmp_path / "off", quiet=True)
+    plain = read_jsonl(tmp_path / "off" / "metrics.jsonl")
+    for a, b in zip(rows, plain):
+        assert "entropy/update_delta" not in b
+        for k in ("entropy", "reward/mean", "cov/term", "grad_norm", "entropy/delta"):
+            assert a.get(k) == b.get(k), k  # the second step's rollout comes from identical weights

@@ -2,7 +2,15 @@
 
 import dataclasses
 
-from harness.config import RunConfig, config_hash, load_config, measuring_items, non_measuring_fields, run_id_of
+from harness.config import (
+    RunConfig,
+    config_hash,
+    late_fields,
+    load_config,
+    measuring_items,
+    non_measuring_fields,
+    run_id_of,
+)
 from harness.runner import run
 
 
@@ -15,6 +23,7 @@ def test_logging_and_resources_keep_the_run_id_measuring_settings_change_it(tiny
         "train.threads=2",
         "train.checkpoint_every=0",
         "model.cache_dir=/tmp/elsewhere",
+        "train.entropy_after_update=true",  # a measurement of the trained batch only
     ):
         assert load_config(tiny, [override]).run_id() == base.run_id(), override
     for override in (
@@ -32,9 +41,14 @@ def test_logging_and_resources_keep_the_run_id_measuring_settings_change_it(tiny
 def test_default_configs_keep_the_ids_they_had():
     """The id hashes the config with non-measuring fields reset to their defaults, so a config that uses the
     defaults has the plain hash of its resolved dict without the late fields (the id before identity was
-    declared, and before task.chat_template / task.stop existed: the literal is main's id of that time)."""
+    declared, and before the late fields (task.chat_template, task.stop, train.entropy_after_update) existed: the
+    literal is main's id of that time)."""
     d = load_config({}).to_dict()
-    before = dict(d, task={k: v for k, v in d["task"].items() if k not in ("chat_template", "stop")})
+    late = {tuple(p.split(".")) for p in late_fields()}
+    assert {("task", "chat_template"), ("task", "stop"), ("train", "entropy_after_update")} <= late
+    before = {
+        k: ({f: x for f, x in v.items() if (k, f) not in late} if isinstance(v, dict) else v) for k, v in d.items()
+    }
     assert run_id_of(d) == config_hash(before) == "747b4a598c3b"
     assert load_config({}, ["task.chat_template=none"]).run_id() != run_id_of(d)
     changed = dict(d, logging=dict(d["logging"], progress=False))

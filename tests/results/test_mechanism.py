@@ -104,6 +104,57 @@ def test_covariance_with_a_known_relation_to_the_entropy_change(runs_root, mk):
     assert analyse(col)["cov_vs_entropy_change"]["pearson_r"] == pytest.approx(want)
 
 
+def _rewrite(d, edit):
+    rows = [json.loads(x) for x in (d / "metrics.jsonl").read_text().splitlines()]
+    for t, r in enumerate(rows):
+        edit(t, r)
+    (d / "metrics.jsonl").write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+
+
+def test_generated_entropy_is_used_when_every_run_logs_it(runs_root, mk, tmp_path, capsys):
+    """The runs' true entropy (on the law) goes to ``entropy/generated``; ``entropy`` (the filtered batch's) is
+    doubled. Auto must analyse the generated key: the law and the ratio come out as if ``entropy`` were exact."""
+    _family(runs_root, mk, methods=("grpo",), seeds=(0, 1))
+
+    def move(t, r):
+        r["entropy/generated"], r["entropy"] = r["entropy"], 2 * r["entropy"]
+
+    for d in runs_root.iterdir():
+        _rewrite(d, move)
+    res = analyse(collect([runs_root]))
+    size = res["sizes"]["pocket-1m"]
+    assert res["entropy_key"] == "entropy/generated" and res["delta_key"] is None
+    assert size["law"]["a"] == pytest.approx(A) and size["law"]["b"] == pytest.approx(B)
+    h = H0 * np.exp(-DECAY * np.arange(1, STEPS + 1))
+    assert size["grpo_entropy_ratio"]["mean"] == pytest.approx(h[-WINDOW:].mean() / h[:WINDOW].mean())
+    assert analyse(collect([runs_root]), entropy_key="entropy")["sizes"]["pocket-1m"]["law"]["r2"] < 1 - 1e-6
+    # one run without the generated key: auto falls back to `entropy` for all runs
+    _rewrite(next(runs_root.iterdir()), lambda t, r: r.pop("entropy/generated"))
+    assert analyse(collect([runs_root]))["entropy_key"] == "entropy"
+    assert main(["mechanism", str(runs_root), "--out", str(tmp_path / "o"), "--entropy-key", "entropy/generated"]) != 0
+    err = capsys.readouterr().err
+    assert "entropy key 'entropy/generated' is not logged by every completed run" in err and "entropy/delta" in err
+
+
+def test_update_delta_is_the_entropy_change_when_logged(runs_root, mk):
+    """``entropy/update_delta`` (same batch, this step's update) is paired with the same step's cov/term:
+    cov = -ΔH/eta exactly gives r = -1 and slope -eta on every step (none lost to pairing consecutive steps)."""
+    eta = 0.25
+    rng = np.random.default_rng(3)
+    for s in range(2):
+        d = mk(runs_root, f"grpo{s}", seed=s, steps=STEPS)
+
+        def put(t, r):
+            r["entropy/update_delta"] = float(rng.normal(-0.01, 0.02))
+            r["cov/term"] = -r["entropy/update_delta"] / eta
+
+        _rewrite(d, put)
+    res = analyse(collect([runs_root]))
+    assert res["delta_key"] == "entropy/update_delta"
+    c = res["cov_vs_entropy_change"]
+    assert c["pearson_r"] == pytest.approx(-1.0) and c["slope"] == pytest.approx(-eta) and c["n"] == 2 * STEPS
+
+
 def test_cli_writes_json_and_figures(runs_root, mk, tmp_path, capsys):
     _family(runs_root, mk, methods=("grpo", "kl_cov"), seeds=(0, 1))
     assert main(["mechanism", str(runs_root), "--out", str(tmp_path / "out")]) == 0

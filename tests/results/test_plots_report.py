@@ -42,7 +42,7 @@ def test_every_figure_with_expected_axes(two_sizes, tmp_path, monkeypatch):
     assert seen["score_vs_step"][0] == ("training step", "eval/arith/avg@4")
     assert seen["score_vs_entropy"] == [("policy entropy H", "eval/arith/avg@4")]
     assert seen["cov_distribution"][0][1] == "mean covariance (symlog)"
-    assert seen["entropy_change_vs_cov"] == [("covariance term at step t", "−ΔH = H[t] − H[t+1]")]
+    assert seen["entropy_change_vs_cov"] == [("covariance term at step t", "−ΔH = H[t] − H[t+1] (entropy)")]
     assert seen["size_scaling"] == [("model parameters N", "a"), ("model parameters N", "b")]
 
 

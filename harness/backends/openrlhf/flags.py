@@ -227,6 +227,11 @@ def build_plan(config, run_dir: str | os.PathLike) -> LaunchPlan:
             f"PolicyLoss, which the harness method replaces (the method's loss would silently "
             f"ignore it); express it as a method instead"
         )
+    if train.get("entropy_after_update"):
+        raise OpenRLHFConfigError(
+            "train.entropy_after_update: true is pocket-only (a no-grad forward of the trained batch after the "
+            "update); the OpenRLHF backend logs entropy/delta between steps instead. Allowed here: false"
+        )
     if opts.reward not in REWARDS and not os.path.exists(opts.reward):
         raise OpenRLHFConfigError(f"openrlhf.reward: file not found: {opts.reward}")
     reward = REWARD_FILE if opts.reward in REWARDS else os.path.abspath(opts.reward)

@@ -388,8 +388,19 @@ class PocketTrainer:
         metrics["cov/term"] = float(cov.mean())
         metrics.update(ops.covariance_groups(cov.cpu()))
         metrics.update(self._update(step, batch, old_lp, adv))
+        if cfg.entropy_after_update:
+            metrics.update(self._entropy_after_update(batch, per_resp))
         self.timing["update_s"] += time.time() - t0
         return metrics
+
+    def _entropy_after_update(self, batch: Batch, before: torch.Tensor) -> dict:
+        """The official entropy metric of the batch just trained on, with the updated weights: the same states
+        as ``entropy``, so ``entropy/update_delta`` is this step's update's effect alone (Theorem 1's ΔH)."""
+        self.model.eval()
+        with torch.no_grad():
+            _, ent = self._logprobs_chunked(self.model, batch, 1.0, True)
+        after = ops.masked_mean(ent, batch.mask, dim=-1)
+        return {"entropy/after_update": float(after.mean()), "entropy/update_delta": float((after - before).mean())}
 
     def _update(self, step: int, batch: Batch, old_lp, adv) -> dict:
         cfg, m = self.cfg.train, self.method
