@@ -3,6 +3,9 @@
 Every file written here gets the mode a plain ``open()`` would give under the process umask (``mkstemp`` alone
 makes 0600, which hides runs from labmates on a shared project directory); scripts get the execute bits too.
 A JSONL file whose last line was torn by a kill is repaired with ``repair_jsonl`` before appending again.
+Python signal handlers (submitit's requeue handler calls ``sys.exit`` from SIGUSR2) run after an atomic write, not
+inside it: an exception raised in the middle of ``torch.save`` turns into torch's "unexpected pos" error and
+loses the requeue.
 """
 
 from __future__ import annotations
@@ -10,8 +13,11 @@ from __future__ import annotations
 import json
 import math
 import os
+import signal
 import tempfile
+import threading
 from collections.abc import Callable, Iterable
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -87,12 +93,44 @@ def file_mode(executable: bool = False) -> int:
     return (0o777 if executable else 0o666) & ~current_umask()
 
 
+_DEFERRED_SIGNALS = tuple(
+    getattr(signal, name) for name in ("SIGINT", "SIGTERM", "SIGUSR1", "SIGUSR2") if hasattr(signal, name)
+)
+
+
+@contextmanager
+def signals_deferred():
+    """Python-level handlers of SIGINT/SIGTERM/SIGUSR1/SIGUSR2 that arrive inside the block run when it ends, in
+    arrival order (default and ignored dispositions are left alone). Main thread only; elsewhere a no-op."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    arrived: list[tuple[int, Any]] = []
+    old = {}
+    for sig in _DEFERRED_SIGNALS:
+        handler = signal.getsignal(sig)
+        if callable(handler):
+            old[sig] = handler
+            signal.signal(sig, lambda signum, frame: arrived.append((signum, frame)))
+    try:
+        yield
+    finally:
+        for sig, handler in old.items():
+            signal.signal(sig, handler)
+        for signum, frame in arrived:
+            old[signum](signum, frame)
+
+
 def atomic_write(
     path: str | os.PathLike, write: Callable[[Any], None], mode: str = "w", executable: bool = False
 ) -> Path:
     """Write through ``write(fileobj)`` into a temp file next to ``path``, fsync, then ``os.replace``; the file
-    gets the umask's mode (``executable``: with the execute bits)."""
-    path = Path(path)
+    gets the umask's mode (``executable``: with the execute bits). Signal handlers wait for the replace."""
+    with signals_deferred():
+        return _atomic_write(Path(path), write, mode, executable)
+
+
+def _atomic_write(path: Path, write: Callable[[Any], None], mode: str, executable: bool) -> Path:
     check_output_file(path)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)

@@ -254,3 +254,44 @@ def test_a_labmate_reads_the_run(capsys):
         import shutil
 
         shutil.rmtree(shared, ignore_errors=True)
+
+
+# ------------------------------------------------------------------------- a requeue signal mid-checkpoint
+def test_a_requeue_signal_inside_torch_save_runs_its_handler_after_the_checkpoint(tmp_path):
+    """submitit's requeue handler calls sys.exit from SIGUSR2. Arriving while torch.save writes, its SystemExit
+    used to surface inside torch's C++ writer as "unexpected pos" (a failed cell instead of a requeue). Now the
+    handler runs once the checkpoint is in place, and its SystemExit reaches the caller."""
+    import torch
+
+    from harness.io import atomic_write
+
+    calls = []
+
+    def requeue(signum, frame):
+        calls.append(signum)
+        sys.exit(-1)
+
+    class SignalsOnFirstWrite:  # the file object torch's writer calls back into
+        def __init__(self, f):
+            self.f, self.sent = f, False
+
+        def write(self, b):
+            if not self.sent:
+                self.sent = True
+                os.kill(os.getpid(), signal.SIGUSR2)
+            return self.f.write(b)
+
+        def flush(self):
+            self.f.flush()
+
+    blob = {"w": torch.arange(10_000, dtype=torch.float32)}
+    old = signal.signal(signal.SIGUSR2, requeue)
+    try:
+        with pytest.raises(SystemExit):
+            atomic_write(tmp_path / "latest.pt", lambda f: torch.save(blob, SignalsOnFirstWrite(f)), mode="wb")
+        assert signal.getsignal(signal.SIGUSR2) is requeue
+    finally:
+        signal.signal(signal.SIGUSR2, old)
+    assert calls == [signal.SIGUSR2]
+    assert torch.equal(torch.load(tmp_path / "latest.pt")["w"], blob["w"])
+    assert [p.name for p in tmp_path.iterdir()] == ["latest.pt"]  # no temp file left behind
