@@ -24,7 +24,8 @@ Definitions (what differs from the paper is said here):
   ``cov/term``, all runs; Pearson r and least-squares slope (Theorem 1 predicts r < 0). ΔH (``delta_key``) =
   ``entropy/update_delta`` when every run logs it (``train.entropy_after_update``: the trained batch re-measured
   after the update, same states), else H[t+1] - H[t] of consecutive steps (which also carries the change of
-  prompts between two rollouts).
+  prompts between two rollouts). Also r per quarter of training (``by_quarter``) and the partial r given the
+  states' entropy (``partial_r_given_entropy``: both series regressed on the step's H first; see ``_partial_r``).
   ``cov_groups`` = mean covariance of the top-x% tokens (the paper's Table 1 groups) per quarter of training.
 * ``methods``: per method and size, paired (same-seed) ratio of end entropies to the baseline's and paired
   difference of final held-out scores (score units), mean ± 95% Student-t CI (harness.results.stats).
@@ -37,7 +38,8 @@ Definitions (what differs from the paper is said here):
                       "early_fraction": {"entropy_drop": IV, "gain": IV}, "late_gain_fraction": IV,
                       "prediction_rmse", "prediction_n", "grpo_entropy_ratio": IV, "collapsed"}},
      "size_trend": {"a_slope", "a_intercept", "a_r2", "b_slope", ...} | null,
-     "cov_vs_entropy_change": {"pearson_r", "slope", "n", "by_method": {M: {"pearson_r", "n"}}},
+     "cov_vs_entropy_change": {"pearson_r", "slope", "n", "partial_r_given_entropy", "by_quarter": [r x 4],
+                               "by_method": {M: {"pearson_r", "n", "partial_r_given_entropy"}}},
      "cov_groups": {GROUP: [quarter 1..4 means]},
      "methods": {METHOD: {SIZE: {"entropy_end_vs_grpo": IV, "score_delta_vs_grpo": IV}}}}
 
@@ -199,6 +201,23 @@ def _size_block(runs: pd.DataFrame, pts: pd.DataFrame, baseline: str, family=LAW
     return out
 
 
+def _partial_r(pairs: pd.DataFrame, h_key: str) -> float | None:
+    """Pearson r of cov/term and ΔH after removing from each the part linear in the states' entropy H: both
+    scale with H across steps (an early, high-entropy batch has a small covariance and a large drop), which
+    the theorem's per-step relation does not describe."""
+    from .plots import pearson_r
+
+    g = pairs.dropna(subset=[h_key])
+    if len(g) < 4:
+        return None
+    h = np.column_stack([np.ones(len(g)), g[h_key].to_numpy(float)])
+
+    def resid(y):
+        return y - h @ np.linalg.lstsq(h, y, rcond=None)[0]
+
+    return pearson_r(resid(g["cov/term"].to_numpy(float)), resid(g["delta_h"].to_numpy(float)))
+
+
 def _cov(col: Collection, done: pd.DataFrame, entropy_key: str, delta_key: str | None) -> tuple[dict | None, dict]:
     from .plots import NoData, entropy_change_pairs, pearson_r
 
@@ -208,11 +227,16 @@ def _cov(col: Collection, done: pd.DataFrame, entropy_key: str, delta_key: str |
     except NoData:
         return None, {}
     slope, _, _ = ols_line(pairs["cov/term"].to_numpy(float), pairs["delta_h"].to_numpy(float))
+    h_key = ENTROPY_KEY if delta_key else entropy_key  # the entropy of the states whose change ΔH measures
+    steps = m["step"].max()
+    quarter = np.minimum((pairs["step"] - 1) * 4 // max(steps, 1), 3)
     res = {"pearson_r": pearson_r(pairs["cov/term"], pairs["delta_h"]), "slope": slope, "n": int(len(pairs)),
-           "by_method": {str(k): {"pearson_r": pearson_r(g["cov/term"], g["delta_h"]), "n": int(len(g))}
+           "partial_r_given_entropy": _partial_r(pairs, h_key),
+           "by_quarter": [pearson_r(g["cov/term"], g["delta_h"]) for _, g in pairs.groupby(quarter)],
+           "by_method": {str(k): {"pearson_r": pearson_r(g["cov/term"], g["delta_h"]), "n": int(len(g)),
+                                  "partial_r_given_entropy": _partial_r(g, h_key)}
                          for k, g in pairs.groupby("label")}}
     groups = {}
-    steps = m["step"].max()
     q = np.minimum((m["step"] - 1) * 4 // max(steps, 1), 3)
     for k in COV_GROUPS:
         if k in m.columns and m[k].notna().any():
@@ -333,9 +357,13 @@ def summary_markdown(res: dict) -> str:
                     f"{t['n_sizes']} sizes."]
     c = res.get("cov_vs_entropy_change")
     if c:
-        per = ", ".join(f"{m} {g(w['pearson_r'], '{:.2f}')} (n={w['n']})" for m, w in c["by_method"].items())
+        per = ", ".join(f"{m} {g(w['pearson_r'], '{:.2f}')} (partial {g(w.get('partial_r_given_entropy'), '{:.2f}')}"
+                        f", n={w['n']})" for m, w in c["by_method"].items())
+        quarters = " / ".join(g(r, "{:+.2f}") for r in c.get("by_quarter") or [])
         out += ["", f"ΔH vs cov/term of the same step: Pearson r = {g(c['pearson_r'], '{:.2f}')}, slope "
-                    f"{g(c['slope'])}, n = {c['n']} step pairs (Theorem 1 predicts r < 0). By method: {per}."]
+                    f"{g(c['slope'])}, n = {c['n']} steps (Theorem 1 predicts r < 0); by quarter of training "
+                    f"{quarters}; partial r given the states' entropy "
+                    f"{g(c.get('partial_r_given_entropy'), '{:.2f}')}. By method: {per}."]
     out += ["", "Rescue vs the baseline, paired by seed (end entropy ratio; final score difference in points):", "",
             "| method | size | end entropy ÷ GRPO's | score − GRPO's (points) |", "|---|---|---|---|"]
     for m, by in res["methods"].items():

@@ -155,6 +155,28 @@ def test_update_delta_is_the_entropy_change_when_logged(runs_root, mk):
     assert c["pearson_r"] == pytest.approx(-1.0) and c["slope"] == pytest.approx(-eta) and c["n"] == 2 * STEPS
 
 
+def test_partial_r_removes_a_shared_dependence_on_the_entropy(runs_root, mk):
+    """cov = -H + e1 and ΔH = -0.5·H - eta·e1 + e2: the raw r is positive (both fall with H) while the relation
+    the theorem describes, given H, is r = -eta·s1 / sqrt(eta²·s1² + s2²); the partial r recovers it."""
+    eta, s1, s2 = 0.5, 0.05, 0.02
+    rng = np.random.default_rng(7)
+    for s in range(3):
+        d = mk(runs_root, f"grpo{s}", seed=s, steps=200)
+
+        def put(t, r):
+            r["entropy"] = float(rng.uniform(0.1, 1.0))
+            e1 = float(rng.normal(0, s1))
+            r["cov/term"] = -r["entropy"] + e1
+            r["entropy/update_delta"] = -0.5 * r["entropy"] - eta * e1 + float(rng.normal(0, s2))
+
+        _rewrite(d, put)
+    c = analyse(collect([runs_root]))["cov_vs_entropy_change"]
+    assert c["pearson_r"] > 0.9
+    assert c["partial_r_given_entropy"] == pytest.approx(-eta * s1 / math.hypot(eta * s1, s2), abs=0.05)
+    assert c["by_method"]["grpo"]["partial_r_given_entropy"] == pytest.approx(c["partial_r_given_entropy"])
+    assert len(c["by_quarter"]) == 4 and all(r > 0.9 for r in c["by_quarter"])
+
+
 def test_cli_writes_json_and_figures(runs_root, mk, tmp_path, capsys):
     _family(runs_root, mk, methods=("grpo", "kl_cov"), seeds=(0, 1))
     assert main(["mechanism", str(runs_root), "--out", str(tmp_path / "out")]) == 0
