@@ -9,8 +9,10 @@ Definitions (what differs from the paper is said here):
   to step) — else ``entropy``. Every analysis below uses this one key.
 * start / end entropy of a run: mean H over its first / last ``WINDOW`` logged steps (the paper reads
   single points of smoothed curves); ``grpo_entropy_ratio`` = end / start of the baseline's runs, mean ± 95% CI
-  over seeds. ``collapsed`` = ratio ≤ 0.1 and ``late_gain_fraction`` (held-out gain in the last third ÷ the total
-  gain, seed mean) < 0.1 — the criterion of issue #11.
+  over seeds. ``collapsed`` = ratio ≤ 0.1 and the held-out gain in the last third (``late_gain``, T·2/3 → T) below
+  10% of the total gain (``total_gain``, step 0 → T), both seed means — the criterion of issue #11.
+  ``late_gain_fraction`` is the per-seed ratio's mean, reported only: a seed whose total gain is near zero or
+  negative makes that ratio meaningless (its sign flips), which is why the criterion compares means.
 * ``early_fraction``: of the baseline's entropy drop (start → end) and held-out gain (step-0 eval → last eval), the
   part realised by step T/3 (entropy: mean of the ``WINDOW`` steps ending at T/3; score: linear interpolation
   of the eval curve at T/3), per seed, then mean ± CI. Paper: 94% of the drop, > 93% of the gain.
@@ -36,6 +38,7 @@ Definitions (what differs from the paper is said here):
      "sizes": {SIZE: {"model_params", "n_runs", "law": {"a", "b", "r2", "n"},
                       "law_by_algorithm": {ALG: {"a", "b", "r2", "n", "rmse_own", "rmse_pooled"}},
                       "early_fraction": {"entropy_drop": IV, "gain": IV}, "late_gain_fraction": IV,
+                      "late_gain": IV, "total_gain": IV,
                       "prediction_rmse", "prediction_n", "grpo_entropy_ratio": IV, "collapsed"}},
      "size_trend": {"a_slope", "a_intercept", "a_r2", "b_slope", ...} | null,
      "cov_vs_entropy_change": {"pearson_r", "slope", "n", "partial_r_given_entropy", "by_quarter": [r x 4],
@@ -164,12 +167,14 @@ def _size_block(runs: pd.DataFrame, pts: pd.DataFrame, baseline: str, family=LAW
     drop = [_frac(r.h_start - r.h_third, r.h_start - r.h_end) for r in base.itertuples()]
     gain = [_frac(r.s_third - r.s_first, r.s_end - r.s_first) for r in base.itertuples()]
     late = [_frac(r.s_end - r.s_two_thirds, r.s_end - r.s_first) for r in base.itertuples()]
-    late_iv = stats.mean_ci(late)
+    late_gain = stats.mean_ci(base["s_end"] - base["s_two_thirds"])
+    total_gain = stats.mean_ci(base["s_end"] - base["s_first"])
     out["grpo_entropy_ratio"] = ratio.to_dict()
     out["early_fraction"] = {"entropy_drop": stats.mean_ci(drop).to_dict(), "gain": stats.mean_ci(gain).to_dict()}
-    out["late_gain_fraction"] = late_iv.to_dict()
-    out["collapsed"] = bool(math.isfinite(ratio.mean) and ratio.mean <= 0.1 and math.isfinite(late_iv.mean)
-                            and late_iv.mean < 0.1)
+    out["late_gain_fraction"] = stats.mean_ci(late).to_dict()
+    out["late_gain"], out["total_gain"] = late_gain.to_dict(), total_gain.to_dict()
+    out["collapsed"] = bool(math.isfinite(ratio.mean) and ratio.mean <= 0.1 and math.isfinite(late_gain.mean)
+                            and late_gain.mean < 0.1 * total_gain.mean)
     fam = pts[pts["label"].isin(family)].sort_values(["step", "run_dir"])
     out["law"], out["law_by_algorithm"], out["prediction_rmse"], out["prediction_n"] = None, {}, None, 0
     if len(fam) < 3:
@@ -332,13 +337,14 @@ def summary_markdown(res: dict) -> str:
     out = [f"Score: `{res['score_key']}` (percent below); entropy H: `{res['entropy_key']}`; ΔH: {delta}; baseline "
            f"`{res['baseline']}`; {res['steps']} steps; up to {res['seeds']} seeds per (size, method); intervals = "
            "95% Student-t over seeds.", "",
-           "| size | params | GRPO end/start entropy | late-third gain / total | collapsed | early: entropy drop "
+           "| size | params | GRPO end/start entropy | held-out gain: last third / total (points) | collapsed | early: entropy drop "
            "| early: gain | law a | law b | law R² | points | prediction RMSE (points, runs) |",
            "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for size, v in res["sizes"].items():
         law = v.get("law") or {}
         out.append(f"| {size} | {g(v['model_params'], '{:.3g}')} | {_iv(v['grpo_entropy_ratio'])} | "
-                   f"{_iv(v['late_gain_fraction'])} | {'yes' if v['collapsed'] else 'no'} | "
+                   f"{_iv(v['late_gain'], 100, '{:+.1f}')} / {_iv(v['total_gain'], 100, '{:+.1f}')} | "
+                   f"{'yes' if v['collapsed'] else 'no'} | "
                    f"{_iv(v['early_fraction']['entropy_drop'])} | {_iv(v['early_fraction']['gain'])} | "
                    f"{g(law.get('a'))} | {g(law.get('b'))} | {g(law.get('r2'), '{:.2f}')} | {law.get('n', '—')} | "
                    f"{g(None if v['prediction_rmse'] is None else 100 * v['prediction_rmse'], '{:.1f}')} "

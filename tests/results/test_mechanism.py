@@ -59,6 +59,8 @@ def test_law_early_fraction_ratio_and_prediction_by_hand(runs_root, mk):
     at_two_thirds = score(18) + (score(21) - score(18)) * 2 / 3
     late = (score(30) - at_two_thirds) / (score(30) - score(0))
     assert size["late_gain_fraction"]["mean"] == pytest.approx(late)
+    assert size["late_gain"]["mean"] == pytest.approx(score(30) - at_two_thirds)
+    assert size["total_gain"]["mean"] == pytest.approx(score(30) - score(0))
     assert size["collapsed"] is False and end / start > 0.1  # 30 steps of this decay do not collapse
     # the early fit is exact too; the final eval (after 30 updates) is predicted from the step-30 entropy
     assert size["prediction_rmse"] == pytest.approx(A * (math.exp(_h(30)) - math.exp(_h(31))))
@@ -225,7 +227,29 @@ def test_a_fast_collapse_meets_the_collapse_criterion(runs_root, mk):
     h = np.exp(-0.25 * steps)
     assert size["grpo_entropy_ratio"]["mean"] == pytest.approx(h[-WINDOW:].mean() / h[:WINDOW].mean())
     assert size["grpo_entropy_ratio"]["mean"] < 0.1 and size["late_gain_fraction"]["mean"] < 0.1
+    assert size["late_gain"]["mean"] < 0.1 * size["total_gain"]["mean"]
     assert size["collapsed"] is True
+
+
+def test_flatness_compares_seed_means_not_per_seed_ratios(runs_root, mk):
+    """A seed that ends below its start has a negative total gain: its late/total ratio flips sign and explodes.
+    The criterion compares the seed means of the gains instead (hand-computed from the fixture's evals)."""
+    for s, h0 in enumerate((1.0, 1.0, 0.02)):  # seed 2 starts collapsed: total gain ~ 0
+        d = mk(runs_root, f"grpo{s}", seed=s, steps=STEPS, law=(A, B), h0=h0, decay=0.25, eval_every=3)
+        if s == 2:  # its final eval drops below the start
+            ev = json.loads((d / "eval" / f"step_{STEPS}.json").read_text())
+            first = json.loads((d / "eval" / "step_0.json").read_text())["suites"]["arith"]["metrics"]["avg@4"]
+            ev["suites"]["arith"]["metrics"]["avg@4"] = first - 0.001
+            (d / "eval" / f"step_{STEPS}.json").write_text(json.dumps(ev))
+            _rewrite(d, lambda t, r: r.update({"eval/arith/avg@4": first - 0.001}) if t == STEPS - 1 else None)
+    size = analyse(collect([runs_root]))["sizes"]["pocket-1m"]
+    runs = {r["seed"]: r for r in analyse(collect([runs_root]))["runs"]}
+    late = [runs[s]["s_end"] - runs[s]["s_two_thirds"] for s in range(3)]
+    total = [runs[s]["s_end"] - runs[s]["s_first"] for s in range(3)]
+    assert total[2] < 0 and late[2] / total[2] > 1  # "more than all of the gain came late": meaningless
+    assert size["late_gain"]["mean"] == pytest.approx(np.mean(late))
+    assert size["total_gain"]["mean"] == pytest.approx(np.mean(total))
+    assert np.mean(late) < 0.1 * np.mean(total) and size["collapsed"] is True
 
 
 def test_summary_markdown_is_written_beside_the_json(runs_root, mk, tmp_path):
