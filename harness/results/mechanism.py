@@ -27,7 +27,11 @@ Definitions (what differs from the paper is said here):
   ``entropy/update_delta`` when every run logs it (``train.entropy_after_update``: the trained batch re-measured
   after the update, same states), else H[t+1] - H[t] of consecutive steps (which also carries the change of
   prompts between two rollouts). Also r per quarter of training (``by_quarter``) and the partial r given the
-  states' entropy (``partial_r_given_entropy``: both series regressed on the step's H first; see ``_partial_r``).
+  states' entropy (``partial_r_given_entropy``: both series regressed on the step's H first; see ``_partial_r``),
+  and ``block_r``: r of the two curves after averaging each run's steps in 20 blocks (the paper compares the
+  curves over training, where a shared trend dominates).
+* ``final_score_sd``: the spread (sd over runs) of the final scores the prediction is scored on; once every run
+  ends near H = 0 the law predicts one score for all, so its RMSE cannot fall below this.
   ``cov_groups`` = mean covariance of the top-x% tokens (the paper's Table 1 groups) per quarter of training.
 * ``methods``: per method and size, paired (same-seed) ratio of end entropies to the baseline's and paired
   difference of final held-out scores (score units), mean ± 95% Student-t CI (harness.results.stats).
@@ -39,9 +43,10 @@ Definitions (what differs from the paper is said here):
                       "law_by_algorithm": {ALG: {"a", "b", "r2", "n", "rmse_own", "rmse_pooled"}},
                       "early_fraction": {"entropy_drop": IV, "gain": IV}, "late_gain_fraction": IV,
                       "late_gain": IV, "total_gain": IV,
-                      "prediction_rmse", "prediction_n", "grpo_entropy_ratio": IV, "collapsed"}},
+                      "prediction_rmse", "prediction_n", "final_score_sd", "grpo_entropy_ratio": IV, "collapsed"}},
      "size_trend": {"a_slope", "a_intercept", "a_r2", "b_slope", ...} | null,
      "cov_vs_entropy_change": {"pearson_r", "slope", "n", "partial_r_given_entropy", "by_quarter": [r x 4],
+                               "block_r", "block_steps",
                                "by_method": {M: {"pearson_r", "n", "partial_r_given_entropy"}}},
      "cov_groups": {GROUP: [quarter 1..4 means]},
      "methods": {METHOD: {SIZE: {"entropy_end_vs_grpo": IV, "score_delta_vs_grpo": IV}}}}
@@ -202,6 +207,7 @@ def _size_block(runs: pd.DataFrame, pts: pd.DataFrame, baseline: str, family=LAW
     err = fr["s_end"] - early_fit.predict(fr["h_last"])
     out["prediction_rmse"] = float(np.sqrt(np.mean(err ** 2)))
     out["prediction_n"] = int(len(fr))
+    out["final_score_sd"] = float(fr["s_end"].std(ddof=0))  # a law of H alone cannot beat this once H ~ 0
     out["prediction_law"] = _law_dict(early_fit)
     return out
 
@@ -235,7 +241,10 @@ def _cov(col: Collection, done: pd.DataFrame, entropy_key: str, delta_key: str |
     h_key = ENTROPY_KEY if delta_key else entropy_key  # the entropy of the states whose change ΔH measures
     steps = m["step"].max()
     quarter = np.minimum((pairs["step"] - 1) * 4 // max(steps, 1), 3)
+    block = max(1, int(steps) // 20)  # the paper compares the two curves over training: 20 blocks per run
+    blocks = pairs.groupby(["run_dir", (pairs["step"] - 1) // block])[["cov/term", "delta_h"]].mean()
     res = {"pearson_r": pearson_r(pairs["cov/term"], pairs["delta_h"]), "slope": slope, "n": int(len(pairs)),
+           "block_r": pearson_r(blocks["cov/term"], blocks["delta_h"]), "block_steps": block,
            "partial_r_given_entropy": _partial_r(pairs, h_key),
            "by_quarter": [pearson_r(g["cov/term"], g["delta_h"]) for _, g in pairs.groupby(quarter)],
            "by_method": {str(k): {"pearson_r": pearson_r(g["cov/term"], g["delta_h"]), "n": int(len(g)),
@@ -337,9 +346,11 @@ def summary_markdown(res: dict) -> str:
     out = [f"Score: `{res['score_key']}` (percent below); entropy H: `{res['entropy_key']}`; ΔH: {delta}; baseline "
            f"`{res['baseline']}`; {res['steps']} steps; up to {res['seeds']} seeds per (size, method); intervals = "
            "95% Student-t over seeds.", "",
-           "| size | params | GRPO end/start entropy | held-out gain: last third / total (points) | collapsed | early: entropy drop "
-           "| early: gain | law a | law b | law R² | points | prediction RMSE (points, runs) |",
-           "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+           "| size | params | GRPO end/start entropy | held-out gain: last third / total (points) | collapsed "
+           "| early: entropy drop | early: gain | law a | law b | law R² | points | prediction RMSE (points, runs) "
+           "| final-score sd (points) |",
+           "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    pts = lambda v: None if v is None else 100 * v  # noqa: E731
     for size, v in res["sizes"].items():
         law = v.get("law") or {}
         out.append(f"| {size} | {g(v['model_params'], '{:.3g}')} | {_iv(v['grpo_entropy_ratio'])} | "
@@ -347,8 +358,8 @@ def summary_markdown(res: dict) -> str:
                    f"{'yes' if v['collapsed'] else 'no'} | "
                    f"{_iv(v['early_fraction']['entropy_drop'])} | {_iv(v['early_fraction']['gain'])} | "
                    f"{g(law.get('a'))} | {g(law.get('b'))} | {g(law.get('r2'), '{:.2f}')} | {law.get('n', '—')} | "
-                   f"{g(None if v['prediction_rmse'] is None else 100 * v['prediction_rmse'], '{:.1f}')} "
-                   f"({v['prediction_n']}) |")
+                   f"{g(pts(v['prediction_rmse']), '{:.1f}')} ({v['prediction_n']}) | "
+                   f"{g(pts(v.get('final_score_sd')), '{:.1f}')} |")
     out += ["", "Law per algorithm (one law for all? compare the pooled fit's RMSE on that algorithm's points with "
             "its own fit's):", "", "| size | algorithm | a | b | R² | points | RMSE own | RMSE pooled |",
             "|---|---|---|---|---|---|---|---|"]
@@ -369,7 +380,8 @@ def summary_markdown(res: dict) -> str:
         out += ["", f"ΔH vs cov/term of the same step: Pearson r = {g(c['pearson_r'], '{:.2f}')}, slope "
                     f"{g(c['slope'])}, n = {c['n']} steps (Theorem 1 predicts r < 0); by quarter of training "
                     f"{quarters}; partial r given the states' entropy "
-                    f"{g(c.get('partial_r_given_entropy'), '{:.2f}')}. By method: {per}."]
+                    f"{g(c.get('partial_r_given_entropy'), '{:.2f}')}; r of the curves in blocks of "
+                    f"{c.get('block_steps')} steps {g(c.get('block_r'), '{:.2f}')}. By method: {per}."]
     out += ["", "Rescue vs the baseline, paired by seed (end entropy ratio; final score difference in points):", "",
             "| method | size | end entropy ÷ GRPO's | score − GRPO's (points) |", "|---|---|---|---|"]
     for m, by in res["methods"].items():

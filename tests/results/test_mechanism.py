@@ -64,6 +64,7 @@ def test_law_early_fraction_ratio_and_prediction_by_hand(runs_root, mk):
     assert size["collapsed"] is False and end / start > 0.1  # 30 steps of this decay do not collapse
     # the early fit is exact too; the final eval (after 30 updates) is predicted from the step-30 entropy
     assert size["prediction_rmse"] == pytest.approx(A * (math.exp(_h(30)) - math.exp(_h(31))))
+    assert size["final_score_sd"] == pytest.approx(0.0, abs=1e-12)  # nine identical curves
     assert res["steps"] == STEPS and res["seeds"] == 3
     assert size["model_params"] == 1_000_000  # an integer column (every run finished) is read too
 
@@ -155,6 +156,7 @@ def test_update_delta_is_the_entropy_change_when_logged(runs_root, mk):
     assert res["delta_key"] == "entropy/update_delta"
     c = res["cov_vs_entropy_change"]
     assert c["pearson_r"] == pytest.approx(-1.0) and c["slope"] == pytest.approx(-eta) and c["n"] == 2 * STEPS
+    assert c["block_steps"] == 1 and c["block_r"] == pytest.approx(-1.0)  # 30 steps: blocks of one step
 
 
 def test_partial_r_removes_a_shared_dependence_on_the_entropy(runs_root, mk):
@@ -177,6 +179,7 @@ def test_partial_r_removes_a_shared_dependence_on_the_entropy(runs_root, mk):
     assert c["partial_r_given_entropy"] == pytest.approx(-eta * s1 / math.hypot(eta * s1, s2), abs=0.05)
     assert c["by_method"]["grpo"]["partial_r_given_entropy"] == pytest.approx(c["partial_r_given_entropy"])
     assert len(c["by_quarter"]) == 4 and all(r > 0.9 for r in c["by_quarter"])
+    assert c["block_steps"] == 10 and c["block_r"] > 0.9  # block means keep the shared H, average the noise out
 
 
 def test_cli_writes_json_and_figures(runs_root, mk, tmp_path, capsys):
