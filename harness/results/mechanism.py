@@ -29,7 +29,8 @@ Definitions (what differs from the paper is said here):
   prompts between two rollouts). Also r per quarter of training (``by_quarter``) and the partial r given the
   states' entropy (``partial_r_given_entropy``: both series regressed on the step's H first; see ``_partial_r``),
   and ``block_r``: r of the two curves after averaging each run's steps in 20 blocks (the paper compares the
-  curves over training, where a shared trend dominates).
+  curves over training, where a shared trend dominates). Per method also the means of cov/term, ΔH and ΔH / H
+  (the size of one step: the theorem is first order in it).
 * ``final_score_sd``: the spread (sd over runs) of the final scores the prediction is scored on; once every run
   ends near H = 0 the law predicts one score for all, so its RMSE cannot fall below this.
   ``cov_groups`` = mean covariance of the top-x% tokens (the paper's Table 1 groups) per quarter of training.
@@ -47,7 +48,8 @@ Definitions (what differs from the paper is said here):
      "size_trend": {"a_slope", "a_intercept", "a_r2", "b_slope", ...} | null,
      "cov_vs_entropy_change": {"pearson_r", "slope", "n", "partial_r_given_entropy", "by_quarter": [r x 4],
                                "block_r", "block_steps",
-                               "by_method": {M: {"pearson_r", "n", "partial_r_given_entropy"}}},
+                               "by_method": {M: {"pearson_r", "n", "partial_r_given_entropy", "mean_cov",
+                                                 "mean_delta_h", "mean_relative_delta_h"}}},
      "cov_groups": {GROUP: [quarter 1..4 means]},
      "methods": {METHOD: {SIZE: {"entropy_end_vs_grpo": IV, "score_delta_vs_grpo": IV}}}}
 
@@ -248,7 +250,9 @@ def _cov(col: Collection, done: pd.DataFrame, entropy_key: str, delta_key: str |
            "partial_r_given_entropy": _partial_r(pairs, h_key),
            "by_quarter": [pearson_r(g["cov/term"], g["delta_h"]) for _, g in pairs.groupby(quarter)],
            "by_method": {str(k): {"pearson_r": pearson_r(g["cov/term"], g["delta_h"]), "n": int(len(g)),
-                                  "partial_r_given_entropy": _partial_r(g, h_key)}
+                                  "partial_r_given_entropy": _partial_r(g, h_key),
+                                  "mean_cov": float(g["cov/term"].mean()), "mean_delta_h": float(g["delta_h"].mean()),
+                                  "mean_relative_delta_h": float((g["delta_h"] / g[h_key]).mean())}
                          for k, g in pairs.groupby("label")}}
     groups = {}
     q = np.minimum((m["step"] - 1) * 4 // max(steps, 1), 3)

@@ -157,6 +157,8 @@ def test_update_delta_is_the_entropy_change_when_logged(runs_root, mk):
     c = res["cov_vs_entropy_change"]
     assert c["pearson_r"] == pytest.approx(-1.0) and c["slope"] == pytest.approx(-eta) and c["n"] == 2 * STEPS
     assert c["block_steps"] == 1 and c["block_r"] == pytest.approx(-1.0)  # 30 steps: blocks of one step
+    g = c["by_method"]["grpo"]
+    assert g["mean_cov"] == pytest.approx(-g["mean_delta_h"] / eta) and g["mean_delta_h"] < 0
 
 
 def test_partial_r_removes_a_shared_dependence_on_the_entropy(runs_root, mk):
