@@ -31,9 +31,9 @@ Definitions (what differs from the paper is said here):
   and ``block_r``: r of the two curves after averaging each run's steps in 20 blocks (the paper compares the
   curves over training, where a shared trend dominates). Per method also the means of cov/term, ΔH and ΔH / H
   (the size of one step: the theorem is first order in it).
+  ``cov_groups`` = mean covariance of the top-x% tokens (the paper's Table 1 groups) per quarter of training.
 * ``final_score_sd``: the spread (sd over runs) of the final scores the prediction is scored on; once every run
   ends near H = 0 the law predicts one score for all, so its RMSE cannot fall below this.
-  ``cov_groups`` = mean covariance of the top-x% tokens (the paper's Table 1 groups) per quarter of training.
 * ``methods``: per method and size, paired (same-seed) ratio of end entropies to the baseline's and paired
   difference of final held-out scores (score units), mean ± 95% Student-t CI (harness.results.stats).
 
@@ -277,7 +277,8 @@ def analyse(col: Collection, score_key: str = "auto", baseline: str = "grpo", la
     key = resolve_score_key(col, score_key)
     runs = _run_summaries(col, done, key, entropy_key)
     pts = run_points(col, key, entropy_key)
-    out: dict = {"score_key": key, "entropy_key": entropy_key, "delta_key": delta_key, "baseline": baseline, "law_family": list(law_family),
+    out: dict = {"score_key": key, "entropy_key": entropy_key, "delta_key": delta_key, "baseline": baseline,
+                 "law_family": list(law_family),
                  "steps": int(runs["steps"].max()), "seeds": int(runs.groupby(["model", "label"]).size().max()),
                  "window": WINDOW, "sizes": {}, "methods": {}}
     order = runs.groupby("model")["model_params"].max().sort_values(na_position="last").index
