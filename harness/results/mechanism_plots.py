@@ -55,7 +55,7 @@ def plot_mechanism(col, res: dict, out_dir: Path, formats=("png",)) -> list[Path
 
     try:
         written += plot_entropy_change(col, out_dir, formats=formats, entropy_key=res["entropy_key"],
-                                       delta_key=res["delta_key"])
+                                       delta_key=res["delta_key"], name="mechanism_cov")
     except NoData:
         pass
 

@@ -169,7 +169,7 @@ def pearson_r(x, y) -> float:
 
 
 def plot_entropy_change(col, out_dir, include_incomplete=False, formats=("png", "pdf"), entropy_key="entropy",
-                        delta_key=None):
+                        delta_key=None, name="entropy_change_vs_cov"):
     """Theorem 1 check: the entropy decrease -ΔH against the covariance term, with Pearson r (ΔH: see
     ``entropy_change_pairs``)."""
     pairs = entropy_change_pairs(_completed(col, include_incomplete), entropy_key, delta_key)
@@ -183,11 +183,11 @@ def plot_entropy_change(col, out_dir, include_incomplete=False, formats=("png", 
                     palette={names[m]: c for m, c in palette.items()}, s=14, alpha=0.6, linewidth=0, ax=ax)
     ax.axhline(0, color="0.6", lw=0.8)
     ax.axvline(0, color="0.6", lw=0.8)
-    ax.set_xlabel("covariance term at step t")
+    ax.set_xlabel("covariance term of the step" if delta_key else "covariance term at step t")
     ax.set_ylabel("−ΔH of the update, same batch" if delta_key else f"−ΔH = H[t] − H[t+1] ({entropy_key})")
-    ax.set_title(f"Entropy change vs covariance (Theorem 1): r = {r_all:.2f}, {len(pairs)} steps")
+    ax.set_title(f"−ΔH vs covariance: r = {r_all:.2f} over {len(pairs)} steps (Theorem 1: r > 0)", fontsize=10)
     ax.legend(fontsize=7)
-    return _save(fig, Path(out_dir), "entropy_change_vs_cov", formats)
+    return _save(fig, Path(out_dir), name, formats)
 
 
 def plot_size_scaling(col, out_dir, score_key, include_incomplete=False, formats=("png", "pdf")):

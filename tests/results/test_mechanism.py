@@ -190,7 +190,8 @@ def test_cli_writes_json_and_figures(runs_root, mk, tmp_path, capsys):
     res = json.loads((tmp_path / "out" / "mechanism.json").read_text())
     assert set(res) >= {"sizes", "methods", "cov_vs_entropy_change", "seeds", "steps", "size_trend"}
     assert (tmp_path / "out" / "mechanism_entropy.png").is_file() and (tmp_path / "out" / "mechanism_law.png").is_file()
-    assert (tmp_path / "out" / "mechanism_rescue.png").is_file()
+    assert (tmp_path / "out" / "mechanism_rescue.png").is_file() and (tmp_path / "out" / "mechanism_cov.png").is_file()
+    assert not (tmp_path / "out" / "entropy_change_vs_cov.png").exists()  # harness report's figure keeps its name
 
 
 @pytest.mark.parametrize(
