@@ -242,20 +242,20 @@ def _cov(col: Collection, done: pd.DataFrame, entropy_key: str, delta_key: str |
     slope, _, _ = ols_line(pairs["cov/term"].to_numpy(float), pairs["delta_h"].to_numpy(float))
     h_key = ENTROPY_KEY if delta_key else entropy_key  # the entropy of the states whose change ΔH measures
     steps = m["step"].max()
-    quarter = np.minimum((pairs["step"] - 1) * 4 // max(steps, 1), 3)
+    quarter = lambda step: np.minimum((step - 1) * 4 // max(steps, 1), 3)  # noqa: E731  (0..3)
     block = max(1, int(steps) // 20)  # the paper compares the two curves over training: 20 blocks per run
     blocks = pairs.groupby(["run_dir", (pairs["step"] - 1) // block])[["cov/term", "delta_h"]].mean()
     res = {"pearson_r": pearson_r(pairs["cov/term"], pairs["delta_h"]), "slope": slope, "n": int(len(pairs)),
            "block_r": pearson_r(blocks["cov/term"], blocks["delta_h"]), "block_steps": block,
            "partial_r_given_entropy": _partial_r(pairs, h_key),
-           "by_quarter": [pearson_r(g["cov/term"], g["delta_h"]) for _, g in pairs.groupby(quarter)],
+           "by_quarter": [pearson_r(g["cov/term"], g["delta_h"]) for _, g in pairs.groupby(quarter(pairs["step"]))],
            "by_method": {str(k): {"pearson_r": pearson_r(g["cov/term"], g["delta_h"]), "n": int(len(g)),
                                   "partial_r_given_entropy": _partial_r(g, h_key),
                                   "mean_cov": float(g["cov/term"].mean()), "mean_delta_h": float(g["delta_h"].mean()),
                                   "mean_relative_delta_h": float((g["delta_h"] / g[h_key]).mean())}
                          for k, g in pairs.groupby("label")}}
     groups = {}
-    q = np.minimum((m["step"] - 1) * 4 // max(steps, 1), 3)
+    q = quarter(m["step"])
     for k in COV_GROUPS:
         if k in m.columns and m[k].notna().any():
             groups[k] = [float(m[k][q == i].mean()) for i in range(4)]

@@ -1,31 +1,4 @@
-import copy
-
 import pytest
-
-TINY = {
-    "backend": "pocket",
-    "seed": 0,
-    "method": {"name": "grpo"},
-    "model": {"name": "pocket-0.3m", "warm_start": {"enabled": "false"}},
-    "task": {"name": "countdown", "test_size": 16},
-    "train": {
-        "steps": 3,
-        "prompts_per_step": 4,
-        "samples_per_prompt": 4,
-        "updates_per_rollout": 2,
-        "micro_batch_size": 4,
-        "max_new_tokens": 6,
-        "checkpoint_every": 1,
-    },
-    "eval": {"every": 2, "n_samples": 2, "max_problems": 8},
-    "logging": {"progress": False},
-}
-
-
-@pytest.fixture
-def tiny():
-    """A run config small enough for a test: 3 steps of 16 responses on the 0.3M model, no warm start."""
-    return copy.deepcopy(TINY)
 
 
 @pytest.fixture

@@ -2,6 +2,7 @@
 ratio worked out by hand; a covariance series with a known (exact) relation to the entropy change; the paired
 rescue ratio; clear errors for bad or partial runs directories."""
 
+import copy
 import json
 import math
 
@@ -275,37 +276,24 @@ def test_law_family_option(runs_root, mk, tmp_path, capsys):
     assert "law family method(s) prime have no completed run" in capsys.readouterr().err
 
 
-def _pocket_run(tmp_path, name, lr):
+def _pocket_run(tiny, tmp_path, name, lr):
+    """The shared tiny run on pocket-0.1m with an entropy bonus on ordered countdown (one answer per problem)."""
     from harness.config import load_config
     from harness.runner import run
 
-    cfg = {
-        "backend": "pocket",
-        "seed": 0,
-        "method": {"name": "entropy_bonus", "coef": 1.0},
-        "model": {"name": "pocket-0.1m", "warm_start": {"enabled": "false"}},
-        "task": {"name": "countdown", "test_size": 16, "options": {"n_numbers": 2, "max_number": 9, "ordered": True}},
-        "train": {
-            "steps": 3,
-            "prompts_per_step": 4,
-            "samples_per_prompt": 4,
-            "updates_per_rollout": 2,
-            "micro_batch_size": 4,
-            "max_new_tokens": 6,
-            "lr": lr,
-            "checkpoint_every": 1,
-        },
-        "eval": {"every": 0, "n_samples": 1, "max_problems": 4},
-        "logging": {"progress": False},
-    }
-    run(load_config(cfg), tmp_path / name, quiet=True)
+    tiny["method"] = {"name": "entropy_bonus", "coef": 1.0}
+    tiny["model"]["name"] = "pocket-0.1m"
+    tiny["task"]["options"] = {"n_numbers": 2, "max_number": 9, "ordered": True}
+    tiny["train"]["lr"] = lr
+    tiny["eval"] = {"every": 0, "n_samples": 1, "max_problems": 4}
+    run(load_config(tiny), tmp_path / name, quiet=True)
     return tmp_path / name
 
 
-def test_probe_compares_the_start_model_with_the_last_checkpoint(tmp_path):
+def test_probe_compares_the_start_model_with_the_last_checkpoint(tiny, tmp_path):
     from harness.results.mechanism_probe import probe_run, probe_runs
 
-    frozen = probe_run(_pocket_run(tmp_path, "frozen", 0.0), n_prompts=16, n_samples=2)
+    frozen = probe_run(_pocket_run(copy.deepcopy(tiny), tmp_path, "frozen", 0.0), n_prompts=16, n_samples=2)
     # lr 0: the last checkpoint holds the start weights, so the probe must read the same entropy and accuracy
     assert frozen["step"] == 3 and frozen["h_start"] > 0.5  # no warm start: a fresh model is far from certain
     assert frozen["h_end"] == pytest.approx(frozen["h_start"], rel=1e-5) and frozen["acc_end"] == frozen["acc_start"]
@@ -319,7 +307,7 @@ def test_probe_compares_the_start_model_with_the_last_checkpoint(tmp_path):
         "entropy_share": pytest.approx(1.0),
     }
     assert groups["solved"]["entropy_per_token"] is None and groups["solved"]["entropy_share"] == 0.0
-    moved = probe_run(_pocket_run(tmp_path, "moved", 1e-2), n_prompts=16, n_samples=2)
+    moved = probe_run(_pocket_run(tiny, tmp_path, "moved", 1e-2), n_prompts=16, n_samples=2)
     assert moved["h_start"] == pytest.approx(frozen["h_start"], rel=1e-5)  # same seed: same start model
     assert moved["h_end"] > moved["h_start"] + 1e-3  # a fresh model earns no reward; the entropy bonus moves it
     res = probe_runs(tmp_path, method="entropy_bonus", n_prompts=16, n_samples=2)
