@@ -105,6 +105,46 @@ class EvalConfig:
     greedy: bool = _opt(True, kind=bool, help="also report greedy accuracy")
     max_problems: int | None = _opt(None, kind="int?", min=1, help="evaluate on the first N held-out problems")
     max_new_tokens: int | None = _opt(None, kind="int?", min=1, help="default: train.max_new_tokens")
+    suites: list = _opt(
+        [],
+        kind=list,
+        late=True,
+        help="evaluation suites (`harness eval --list-suites`: aime24, math500, ...) for the in-loop eval of the "
+        "openrlhf backend and for the after-training stage; [] = the run's own task (its held-out split)",
+    )
+    after_training: bool = _opt(
+        False,
+        kind=bool,
+        late=True,
+        help="after training: export the final model, score eval.suites and attach the results to this run "
+        "(eval/final.json and result.json, with the run's method, seed and step)",
+    )
+    protocol: str = _opt(
+        "suite",
+        kind=str,
+        choices=("suite", "section"),
+        late=True,
+        help="after-training protocol: each suite's own (the paper's: AIME/AMC avg@32 at T=0.6, others greedy) "
+        "or this section's n_samples / temperature / top_p / max_new_tokens",
+    )
+    fixtures: bool = _opt(
+        False, kind=bool, late=True, help="suites from the tiny shipped fixture rows (tests and the CPU rehearsal)"
+    )
+    data_dir: str | None = _opt(
+        None,
+        kind="str?",
+        measures=False,
+        late=True,
+        help="local suite data (<suite>.jsonl/.parquet) instead of the hub",
+    )
+    engine: str = _opt(
+        "auto",
+        kind=str,
+        choices=("auto", "hf", "vllm"),
+        measures=False,
+        late=True,
+        help="after-training generation engine",
+    )
 
 
 @dataclass
@@ -300,7 +340,20 @@ def load_config(
             f"eval.n_samples: {cfg.eval.n_samples} at eval.temperature: 0 are identical greedy samples; "
             f"set eval.n_samples: 1 (greedy accuracy is eval.greedy) or eval.temperature > 0"
         )
+    _check_eval_suites(cfg)
     return cfg
+
+
+def _check_eval_suites(cfg: RunConfig) -> None:
+    """Every name in ``eval.suites`` is a registered suite (did-you-mean otherwise)."""
+    if not cfg.eval.suites:
+        return
+    from harness.evals.suites import resolve_suites
+
+    try:
+        resolve_suites(cfg.eval.suites)
+    except (KeyError, ValueError) as e:
+        raise ConfigError(f"eval.suites: {e.args[0] if e.args else e}") from None
 
 
 def _check_can_update(cfg: RunConfig) -> None:

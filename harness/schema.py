@@ -17,12 +17,14 @@ from harness.errors import ConfigError, suggestion
 
 
 def opt(default=None, *, kind=None, choices=None, min=None, max=None, help="", measures=True, late=False):
-    """A schema field: ``kind`` in {int, float, bool, str, 'str?', 'int?', dict}; numbers range-checked.
+    """A schema field: ``kind`` in {int, float, bool, str, 'str?', 'int?', dict, list}; numbers range-checked;
+    ``kind=list`` is a list of strings (``choices`` then applies to each item).
 
     ``measures=False`` marks a field that does not change what a run measures (logging, progress): it is left
     out of the run id (``harness.config.measuring_items``). ``late=True`` marks a measuring field added after run
     ids were published: it enters the run id only when set to a value other than its default, so every config
-    that leaves it at the default keeps the id it had before the field existed."""
+    that leaves it at the default keeps the id it had before the field existed. A field added later that does
+    not measure needs both (``measures=False, late=True``): reset to its default, then dropped."""
     meta = {"kind": kind, "choices": choices, "min": min, "max": max, "help": help, "measures": measures, "late": late}
     if isinstance(default, (dict, list)):
         return field(default_factory=lambda d=default: copy.deepcopy(d), metadata=meta)
@@ -65,6 +67,14 @@ def check_value(value: Any, meta: dict, path: str) -> Any:
         if not isinstance(value, dict):
             raise ConfigError(f"{path}: expected a mapping, got {value!r}")
         value = copy.deepcopy(value)
+    elif kind is list:
+        if isinstance(value, str):  # `suites: math500` or `suites: aime24,math500`
+            value = [v.strip() for v in value.split(",") if v.strip()]
+        if not isinstance(value, list) or not all(isinstance(v, str) and v for v in value):
+            raise ConfigError(f"{path}: expected a list of names, got {value!r}")
+        for i, v in enumerate(value):
+            check_value(v, {**meta, "kind": str}, f"{path}[{i}]")
+        return list(value)
     choices = meta.get("choices")
     if choices and value not in choices:
         raise ConfigError(
