@@ -7,6 +7,8 @@ The module is imported lazily: without the pocket backend there are simply no po
 
 from __future__ import annotations
 
+from harness.records import MODEL_SUITE_FILE  # written by `harness export` into the model directory
+
 from .suites import GREEDY, Suite
 
 _registered = False
@@ -47,9 +49,6 @@ def _loader(task_name: str, test_size: int = TEST_SIZE, options: dict | None = N
         ]
 
     return load
-
-
-MODEL_SUITE_FILE = "harness_task.json"  # written by `harness export` into the model directory
 
 
 def register_model_suite(registry, model_dir) -> str | None:

@@ -15,6 +15,46 @@ from typing import Any
 
 SCHEMA_VERSION = 1
 DATA_SUFFIXES = (".jsonl", ".json", ".parquet", ".csv")
+MODEL_SUITE_FILE = "harness_task.json"  # in an exported pocket model directory: the run's task as an eval suite
+MODEL_RUN_FILE = "harness_run.json"  # in every exported model directory: the run it came from (write_model_run)
+
+
+def write_model_run(model_dir, cfg, run_dir, step: int | None) -> None:
+    """``model_dir/harness_run.json``: the run a model directory was exported from (run id, run dir, backend,
+    method, seed, model, step), so an eval of that directory attaches to the run instead of an eval-only row."""
+    import os
+    from pathlib import Path
+
+    from harness.io import atomic_write_json
+
+    atomic_write_json(
+        Path(model_dir) / MODEL_RUN_FILE,
+        {
+            "run_id": cfg.run_id(),
+            "run_dir": os.path.abspath(run_dir),
+            "backend": cfg.backend,
+            "method": cfg.method_name,
+            "advantage": cfg.method.get("advantage"),
+            "seed": cfg.seed,
+            "model": cfg.model.name,
+            "task": cfg.task.name,
+            "step": step,
+        },
+    )
+
+
+def read_model_run(model_dir) -> dict | None:
+    """The ``harness_run.json`` of a model directory (None when it was not exported from a run)."""
+    import json
+    from pathlib import Path
+
+    path = Path(str(model_dir)) / MODEL_RUN_FILE
+    if not path.is_file():
+        return None
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError) as e:
+        raise ValueError(f"{path}: unreadable ({e})") from None
 
 
 def edge_steps(n_steps: int) -> int:

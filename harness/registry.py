@@ -114,7 +114,10 @@ def _where(obj: object) -> str:
 
 
 def _same_definition(a: object, b: object) -> bool:
-    """True when a module was imported twice (e.g. as a file and as a package module)."""
+    """True when a module was imported twice (e.g. as a file and as a package module); instances (backends)
+    compare by their classes."""
+    if not hasattr(a, "__qualname__") and not hasattr(b, "__qualname__"):
+        a, b = type(a), type(b)
     return (
         getattr(a, "__qualname__", None) == getattr(b, "__qualname__", object())
         and getattr(a, "__module__", "").rsplit(".", 1)[-1] == getattr(b, "__module__", "").rsplit(".", 1)[-1]

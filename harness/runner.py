@@ -148,7 +148,7 @@ def run(config, run_dir: str | os.PathLike, force: bool = False, quiet: bool = F
 
 
 def _run_locked(cfg: RunConfig, run_dir: Path, force: bool, quiet: bool) -> dict:
-    from harness.backends import BACKENDS
+    from harness.backends import get_backend
 
     log = RunLog(run_dir, quiet=quiet)
     lost = repair_jsonl(run_dir / "metrics.jsonl")
@@ -160,7 +160,7 @@ def _run_locked(cfg: RunConfig, run_dir: Path, force: bool, quiet: bool) -> dict
     if prepare_run_dir(cfg, run_dir, force, log) == "done":
         log(f"{run_dir}: already completed (run {cfg.run_id()}); --force to train again")
         return read_result(run_dir)
-    backend = BACKENDS.get(cfg.backend)()
+    backend = get_backend(cfg.backend)
     t0 = time.time()
     log(f"run {cfg.run_id()}: {cfg.method_name} on {cfg.model.name} / {cfg.task.name}, seed {cfg.seed} -> {run_dir}")
 

@@ -1,36 +1,61 @@
-"""Training backends. Each registers under a name in ``BACKENDS`` and owns its settings:
+"""Training backends, each one instance of a ``harness.backends.base.Backend`` subclass registered by name.
 
-    @BACKENDS.register("pocket")
-    class PocketBackend:
-        sections = {"model.warm_start": WarmStartOptions}  # config sections it types (dataclasses, see schema)
-        def validate(self, config) -> None: ...          # called by load_config; raises ConfigError
-        def train(self, config, run_dir, log) -> dict: ...  # returns the result record; the runner writes it
-        def launch_command(self, config, run_dir) -> str: ...  # what --dry-run prints
+    from harness.backends import get_backend
+    backend = get_backend(config.backend)      # ConfigError with did-you-mean when unknown
+    backend.train(config, run_dir, log)        # -> RunResult; backend.export(...), .layout(...), .worker_role(...)
 
-Backend packages import nothing heavy at import time (options and validation are pure Python).
+The protocol (what a backend provides and what callers may ask) is documented in ``base.py``. Backend packages
+import nothing heavy at import time (options and validation are pure Python).
 """
 
+from __future__ import annotations
+
+from pathlib import Path
+
+from harness.backends.base import HEAD, IDLE, WORKER, Backend  # noqa: F401  (re-exported)
 from harness.errors import ConfigError, suggestion
 from harness.registry import Registry, UnknownNameError
 
-BACKENDS = Registry("backend", autoload=["harness.backends"])
+BACKENDS: Registry[Backend] = Registry("backend", autoload=["harness.backends"])
 
 
-def get_backend(name: str):
-    """The backend registered as ``name`` (a class is instantiated); ConfigError (did-you-mean) when unknown."""
+def register_backend(cls: type[Backend]) -> type[Backend]:
+    """Class decorator: register one instance of ``cls`` under ``cls.name``."""
+    if not cls.name:
+        raise TypeError(f"{cls.__qualname__}: a backend needs a class attribute 'name'")
+    BACKENDS.register(cls.name, cls())
+    return cls
+
+
+def get_backend(name: str) -> Backend:
+    """The backend registered as ``name``; ConfigError (did-you-mean) when unknown."""
     try:
-        obj = BACKENDS.get(name)
+        return BACKENDS.get(name)
     except UnknownNameError:
         raise ConfigError(
             f"backend: {name!r} is not allowed.{suggestion(name, BACKENDS.names())} "
             f"Allowed: {', '.join(BACKENDS.names())}"
         ) from None
-    return obj() if isinstance(obj, type) else obj
 
 
 def owned_sections() -> dict:
     """Dotted config path -> options dataclass, for every section a backend owns."""
     out = {}
     for name in BACKENDS.names():
-        out.update(getattr(BACKENDS.get(name), "sections", {}))
+        out.update(BACKENDS.get(name).sections)
     return out
+
+
+def register_suites(registry) -> None:
+    """Let every backend register the eval suites it provides (called once by the suite registry)."""
+    for name in BACKENDS.names():
+        BACKENDS.get(name).register_suites(registry)
+
+
+def load_tokenizer(path: str | Path):
+    """The tokenizer of a model directory written by a backend in its own format, else None (use AutoTokenizer)."""
+    for name in BACKENDS.names():
+        tok = BACKENDS.get(name).load_tokenizer(Path(path))
+        if tok is not None:
+            return tok
+    return None

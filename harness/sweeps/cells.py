@@ -22,9 +22,7 @@ from __future__ import annotations
 
 import json
 import os
-import shlex
 import socket
-import sys
 import time
 from pathlib import Path
 
@@ -54,29 +52,11 @@ def cell_dir(runs_dir: Path, cell: Cell) -> Path:
 
 
 def launch_command(config: dict, run_dir: Path) -> str:
-    """The backend's own launch command when it provides one (OpenRLHF), else ``harness train``."""
-    backend = config.get("backend")
-    try:
-        from harness.backends import BACKENDS
+    """The command that trains this cell: its backend's ``launch_command`` (``harness train`` by default)."""
+    from harness.backends import get_backend
+    from harness.config import load_config
 
-        if backend in BACKENDS:
-            obj = BACKENDS.get(backend)
-            obj = obj() if isinstance(obj, type) else obj
-            if hasattr(obj, "launch_command"):
-                from harness.config import load_config
-
-                return obj.launch_command(load_config(config), Path(run_dir))
-    except ImportError:
-        pass
-    return harness_train_command(run_dir)
-
-
-def harness_train_command(run_dir: Path) -> str:
-    """``python -m harness train <run_dir>/config.yaml --run-dir <run_dir>`` (what a sweep job runs)."""
-    return (
-        f"{shlex.quote(sys.executable)} -m harness train {shlex.quote(str(Path(run_dir) / CONFIG_FILE))} "
-        f"--run-dir {shlex.quote(str(run_dir))}"
-    )
+    return get_backend(config["backend"]).launch_command(load_config(config), Path(run_dir))
 
 
 def materialise(

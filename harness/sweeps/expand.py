@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from harness import keypaths as paths
-from harness.sweeps.resources import check_layout, merged
+from harness.sweeps.resources import merged, with_layout
 from harness.sweeps.spec import SpecError, SweepSpec
 
 Validator = Callable[[dict], dict]
@@ -95,9 +95,9 @@ def expand(spec: SweepSpec, validate: Validator | None = run_config_validator) -
             if paths.matches(raw, g["match"]):
                 used_groups[i] = True
                 layers.append({k: v for k, v in g.items() if k != "match"})
-        resources = merged(spec.resources_default, *layers)
+        explicit = set(spec.resources_default).union(*layers)
         try:
-            check_layout(resolved, resources, f"cell {alias}")
+            resources = with_layout(resolved, merged(spec.resources_default, *layers), explicit, f"cell {alias}")
         except ValueError as e:
             raise SpecError(str(e)) from None
         cells.append(

@@ -26,18 +26,20 @@ DEFAULT_TARGET = "harness.sweeps.job:train_cell"
 
 def train_cell(cell_dir: str | Path) -> dict:
     """Train the cell's run config through the runner (writes the run directory; result.json last)."""
+    from harness.backends import IDLE, WORKER, get_backend
     from harness.config import load_config
     from harness.runner import run
 
     cell_dir = Path(cell_dir)
     config = load_config(cell_dir / "config.yaml")
-    if int(os.environ.get("SLURM_NNODES", "1")) > 1 and int(os.environ.get("SLURM_PROCID", "0")) != 0:
-        # a non-head task of a multi-node job lends its node to the head (OpenRLHF: joins its Ray cluster);
-        # the run directory (config.yaml, resume, result.json) belongs to task 0 alone, so no task races on it
-        from harness.backends import BACKENDS
-
-        BACKENDS.get(config.backend).train(config, cell_dir)
+    backend = get_backend(config.backend)
+    role = backend.worker_role(config)
+    # the run directory (config.yaml, resume, result.json) belongs to the head task alone, so no task races on it
+    if role == WORKER:  # lends its node to the head (OpenRLHF: joins its Ray cluster)
+        backend.train(config, cell_dir)
         return {"status": "worker"}
+    if role == IDLE:  # a task of a multi-node job the backend has no use for
+        return {"status": "idle"}
     try:
         result = run(config, cell_dir)
     except KeyboardInterrupt:  # stopped by its sweep (SIGTERM/Ctrl-C): checkpointed, resumes on resubmit; no traceback

@@ -142,25 +142,25 @@ def local_parallelism(resources: Mapping) -> int:
     return max(1, cpus // int(resources.get("cpus_per_task", 1)))
 
 
-def check_layout(config: Mapping, resources: Mapping, where: str) -> None:
-    """A backend that places its own workers (OpenRLHF's Ray) must get the nodes and GPUs its config names."""
-    if config.get("backend") != "openrlhf":
-        return
-    try:
-        from harness.backends.openrlhf.flags import OpenRLHFOptions
+def with_layout(config: Mapping, resources: Mapping, explicit: set[str], where: str) -> dict:
+    """A backend that places its own workers (its ``layout``, e.g. OpenRLHF's Ray over nodes x GPUs) gets the job
+    it needs: the layout's keys are derived from the run config; one a spec states (``explicit``) must agree."""
+    from harness.backends import get_backend
+    from harness.config import load_config
 
-        defaults = OpenRLHFOptions()
-        wants = {"nodes": defaults.nodes, "gpus_per_node": defaults.gpus_per_node}
-    except ImportError:
-        wants = {"nodes": 1, "gpus_per_node": 8}
-    section = config.get("openrlhf") or {}
-    for key in wants:
-        want = section.get(key, wants[key])
-        if resources.get(key) != want:
+    backend = get_backend(config.get("backend", "pocket"))
+    if "places_workers" not in backend.capabilities:
+        return dict(resources)
+    out = dict(resources)
+    for key, want in backend.layout(load_config(config, check_method=False)).items():
+        if key in explicit and resources.get(key) != want:
             raise ValueError(
-                f"{where}: openrlhf.{key} is {want} but its resources give {key}={resources.get(key)}; "
-                f"make them equal (resources.default or a resources.groups entry matching this cell)"
+                f"{where}: the {backend.name} backend's config places its workers on {key}={want}, but the "
+                f"cell's resources give {key}={resources.get(key)}; drop it from the resources (it is derived "
+                f"from the config) or make them equal"
             )
+        out[key] = want
+    return out
 
 
 def group_by_resources(cells: list) -> list[tuple[dict, list]]:

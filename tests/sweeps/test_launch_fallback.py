@@ -7,12 +7,15 @@ import subprocess
 
 import yaml
 
-from harness.backends import BACKENDS
-from harness.sweeps.cells import harness_train_command, launch_command
+from harness.backends import BACKENDS, Backend
+from harness.backends.base import harness_train_command
+from harness.sweeps.cells import launch_command
 from harness.sweeps.testing import tiny_pocket_base
 
 
-class NoLaunch:
+class NoLaunch(Backend):
+    name = "test_nolaunch"
+
     def train(self, config, run_dir, log=None):
         return {}
 
@@ -20,7 +23,8 @@ class NoLaunch:
 def test_fallback_command_is_harness_train_and_runs(tmp_path):
     BACKENDS.register("test_nolaunch", NoLaunch())
     try:
-        assert launch_command({"backend": "test_nolaunch"}, tmp_path) == harness_train_command(tmp_path)
+        cmd = launch_command({**tiny_pocket_base(), "backend": "test_nolaunch"}, tmp_path)
+        assert cmd == harness_train_command(tmp_path)
     finally:
         BACKENDS.unregister("test_nolaunch")
     (tmp_path / "config.yaml").write_text(yaml.safe_dump(tiny_pocket_base()))

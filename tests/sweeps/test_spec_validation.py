@@ -90,7 +90,19 @@ def test_openrlhf_layout_must_match_resources():
         train={"steps": 2, "prompts_per_step": 32, "micro_batch_size": 1},
     )
     msg = error_of(spec(base=base, resources={"default": {"nodes": 2, "gpus_per_node": 8}}))
-    assert "openrlhf.nodes is 4" in msg and "nodes=2" in msg
+    assert "nodes=4" in msg and "give nodes=2" in msg
+
+
+def test_openrlhf_layout_is_derived_from_the_run_config():
+    """The cluster layout is written once (openrlhf.nodes / gpus_per_node); the job's resources follow it."""
+    base = dict(
+        BASE,
+        backend="openrlhf",
+        openrlhf={"nodes": 4, "gpus_per_node": 8},
+        train={"steps": 2, "prompts_per_step": 32, "micro_batch_size": 1},
+    )
+    cells = expand(load_spec(spec(base=base, resources={"default": {"timeout_min": 10}})))
+    assert [(c.resources["nodes"], c.resources["gpus_per_node"]) for c in cells] == [(4, 8), (4, 8)]
 
 
 def test_cli_bad_spec_is_one_error_line_and_writes_nothing(tmp_path, capsys):

@@ -4,33 +4,65 @@ Importing this package needs no OpenRLHF: ``launch_command`` (``--dry-run``) is 
 raises an error naming the extra to install when OpenRLHF is missing. See docs/openrlhf.md.
 """
 
-from harness.backends import BACKENDS
+import os
+from pathlib import Path
+
+from harness.backends import register_backend
+from harness.backends.base import HEAD, WORKER, Backend
 from harness.backends.openrlhf import options
 
 
-@BACKENDS.register("openrlhf")
-class OpenRLHFBackend:
+@register_backend
+class OpenRLHFBackend(Backend):
     """``train(config, run_dir)`` runs OpenRLHF with the method plugged in; ``launch_command`` prints it."""
 
     name = "openrlhf"
     sections = {"openrlhf": options.OpenRLHFOptions}
+    capabilities = frozenset({"in_loop_suites", "places_workers"})
 
-    @staticmethod
-    def validate(config) -> None:
+    def validate(self, config) -> None:
         """Type the ``openrlhf:`` section and run every launch check now (pure Python), as pocket does."""
         from harness.backends.openrlhf.flags import build_plan
 
         options.type_section(config)
         build_plan(config, "run-dir")
 
-    @staticmethod
-    def launch_command(config, run_dir) -> str:
+    def launch_command(self, config, run_dir) -> str:
         from harness.backends.openrlhf.flags import launch_command
 
         return launch_command(config, run_dir)
 
-    @staticmethod
-    def train(config, run_dir, log=None) -> dict:
+    def train(self, config, run_dir, log=None):
         from harness.backends.openrlhf.runner import train
 
         return train(config, run_dir, log=log)
+
+    def layout(self, config) -> dict:
+        """Ray places the actor, reference and vLLM workers over all of the job's nodes and GPUs."""
+        section = config.openrlhf if isinstance(config.openrlhf, options.OpenRLHFOptions) else None
+        section = section or options.parse_options(config.openrlhf)
+        return {"nodes": section.nodes, "gpus_per_node": section.gpus_per_node}
+
+    def worker_role(self, config, env=os.environ) -> str:
+        """Every non-head task of a multi-node SLURM job joins the head's Ray cluster (unless Ray runs already)."""
+        multi = int(env.get("SLURM_NNODES", "1") or 1) > 1 and int(env.get("SLURM_PROCID", "0") or 0) != 0
+        return WORKER if multi and not env.get("RAY_ADDRESS") else HEAD
+
+    def export(self, config, run_dir, out=None) -> Path:
+        """``checkpoints/final`` (the Hugging Face model OpenRLHF saves when training ends), marked with the run it
+        came from; with ``out``, a copy there."""
+        import shutil
+
+        from harness.records import write_model_run
+
+        final = Path(run_dir) / "checkpoints" / "final"
+        if not (final / "config.json").is_file():
+            raise FileNotFoundError(f"{run_dir}: no final model ({final}/config.json); train the run to its end first")
+        if out is not None:
+            out = Path(out)
+            if out.exists() and any(out.iterdir()):
+                raise ValueError(f"--out {out}: not empty; give a new folder (nothing is overwritten)")
+            shutil.copytree(final, out, dirs_exist_ok=True)
+            final = out
+        write_model_run(final, config, run_dir, config.train.steps)
+        return final

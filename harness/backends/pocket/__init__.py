@@ -1,22 +1,48 @@
 """The pocket backend: real RL on tiny transformers on a CPU (or GPU), no downloads. See docs/pocket.md."""
 
-from harness.backends import BACKENDS
+from pathlib import Path
+
+from harness.backends import register_backend
+from harness.backends.base import Backend
 from harness.backends.pocket import options
 
 
-@BACKENDS.register("pocket")
-class PocketBackend:
+@register_backend
+class PocketBackend(Backend):
     """Trains one run in-process. ``train`` returns the result fields; the runner writes result.json."""
 
+    name = "pocket"
     sections = {"model.warm_start": options.WarmStartOptions}
+    capabilities = frozenset({"auxiliary_model", "entropy_after_update"})
 
     def validate(self, config) -> None:
         options.validate(config)
 
-    def train(self, config, run_dir, log=print) -> dict:
+    def train(self, config, run_dir, log=print):
         from .trainer import PocketTrainer
 
         return PocketTrainer(config, run_dir, log=log).run()
 
-    def launch_command(self, config, run_dir) -> str:
-        return f"python -m harness train {run_dir}/config.yaml --run-dir {run_dir}"
+    def export(self, config, run_dir, out=None) -> Path:
+        """The last checkpoint as a model directory: ``out``, else ``RUN/export/step_<N>`` (made once, reused)."""
+        from .export import export_run
+
+        run_dir = Path(run_dir)
+        if out is None:
+            import torch
+
+            ckpt = run_dir / "checkpoints" / "latest.pt"
+            if not ckpt.is_file():
+                raise FileNotFoundError(f"{run_dir}: no checkpoint ({ckpt}) to export; train the run first")
+            step = int(torch.load(ckpt, map_location="cpu", weights_only=False)["step"])
+            out = run_dir / "export" / f"step_{step}"
+            if (out / "harness_task.json").is_file():
+                return out
+        return export_run(config, run_dir, Path(out))
+
+    def load_tokenizer(self, path: Path):
+        from .tokenizer import exact_on_disk, load_tokenizer
+
+        if path.is_dir() and (path / "tokenizer.json").is_file() and exact_on_disk(path):
+            return load_tokenizer(str(path))
+        return None

@@ -45,7 +45,7 @@ def mark_exact(tokenizer):
     return tokenizer
 
 
-def _exact_on_disk(d: Path) -> bool:
+def exact_on_disk(d: Path) -> bool:
     """Saved by this harness (the mark), or a word-level tokenizer.json (a pocket char tokenizer saved before the
     mark existed; no Hugging Face model family has one, so a family class could only change it)."""
     try:
@@ -63,7 +63,7 @@ def load_tokenizer(name: str, **kwargs):
     from transformers import AutoTokenizer, PreTrainedTokenizerFast
 
     d = Path(str(name))
-    if "gguf_file" not in kwargs and d.is_dir() and (d / "tokenizer.json").is_file() and _exact_on_disk(d):
+    if "gguf_file" not in kwargs and d.is_dir() and (d / "tokenizer.json").is_file() and exact_on_disk(d):
         return mark_exact(PreTrainedTokenizerFast.from_pretrained(str(d), **kwargs))
     return AutoTokenizer.from_pretrained(name, **kwargs)
 

@@ -577,7 +577,7 @@ class PocketTrainer:
             last_eval = self.evaluate(step)
         self.log(self.timing_line(step))
         if not models.is_pocket(cfg.model.name):  # an HF directory `harness eval --model RUN/model` loads
-            from harness.commands.export import write_task_spec
+            from harness.backends.pocket.export import write_task_spec
 
             from .pretrained import export_hf
 

@@ -1,0 +1,87 @@
+"""The backend protocol: the one seam between a training backend and the rest of the harness.
+
+Sweeps, evals, results and commands reach a backend only through ``get_backend(name)`` and the methods below;
+no module outside ``harness/backends/`` names a backend (tests/foundation/test_import_graph.py checks it).
+A backend is a subclass of ``Backend`` registered once, as an instance, with ``@register_backend``:
+
+    @register_backend
+    class MyBackend(Backend):
+        name = "mine"
+        sections = {"mine": MyOptions}          # config sections it types (dataclasses built by harness.schema)
+        def validate(self, config): ...          # called by load_config; raises ConfigError
+        def train(self, config, run_dir, log): ...   # -> harness.records.RunResult; the runner writes result.json
+
+Everything else has a default that fits a backend training in the process that runs it.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import sys
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, ClassVar
+
+HEAD, WORKER, IDLE = "head", "worker", "idle"  # worker_role(): what one task of a (multi-node) job does
+
+
+class Backend:
+    """Base class and documentation of the protocol; defaults are those of an in-process, single-node backend."""
+
+    name: ClassVar[str] = ""
+    sections: ClassVar[dict[str, type]] = {}  # dotted config path -> options dataclass this backend types
+    # what callers may ask for: "auxiliary_model" (PRIME's PRM), "entropy_after_update", "in_loop_suites"
+    # (eval.suites scored during training), "places_workers" (starts its own multi-GPU/multi-node workers)
+    capabilities: ClassVar[frozenset[str]] = frozenset()
+
+    def validate(self, config) -> None:
+        """Type and check the sections this backend owns; raise ``harness.errors.ConfigError``."""
+
+    def train(self, config, run_dir: Path, log=print):
+        """Train one run into ``run_dir``, resuming from its checkpoints; return a ``harness.records.RunResult``."""
+        raise NotImplementedError(f"backend {self.name!r} has no train()")
+
+    def launch_command(self, config, run_dir: Path) -> str:
+        """The shell command that trains this run (``--dry-run`` prints it; a sweep job runs it)."""
+        return harness_train_command(run_dir)
+
+    def layout(self, config) -> dict[str, int] | None:
+        """``{"nodes": N, "gpus_per_node": G}`` when the backend places its own workers across the job's nodes and
+        GPUs (a sweep then derives the job's resources from it); None when one process trains on what it gets."""
+        return None
+
+    def worker_role(self, config, env: Mapping[str, str] = os.environ) -> str:
+        """What this task of a possibly multi-node job does: ``head`` trains and owns the run directory; a
+        ``worker`` lends its node to the head (``train`` is still called); an ``idle`` task has nothing to do.
+        Default: task 0 is the head, every other task of a multi-node job is idle."""
+        return IDLE if _slurm_task(env) != 0 and _slurm_nodes(env) > 1 else HEAD
+
+    def export(self, config, run_dir: Path, out: Path | None = None) -> Path:
+        """A Hugging Face model directory of the run's final policy that ``harness eval`` loads (written to ``out``
+        when given, else where the backend keeps it), with ``harness_task.json`` naming the run."""
+        raise NotImplementedError(f"backend {self.name!r} cannot export a model directory")
+
+    def register_suites(self, registry) -> None:
+        """Register the eval suites this backend provides (pocket: its synthetic tasks)."""
+
+    def load_tokenizer(self, path: Path) -> Any | None:
+        """The tokenizer of a model directory this backend wrote in its own format, else None."""
+        return None
+
+
+def harness_train_command(run_dir: str | Path) -> str:
+    """``<this python> -m harness train <run_dir>/config.yaml --run-dir <run_dir>``, quoted for a shell."""
+    run_dir = Path(run_dir)
+    return (
+        f"{shlex.quote(sys.executable)} -m harness train {shlex.quote(str(run_dir / 'config.yaml'))} "
+        f"--run-dir {shlex.quote(str(run_dir))}"
+    )
+
+
+def _slurm_task(env: Mapping[str, str]) -> int:
+    return int(env.get("SLURM_PROCID", "0") or 0)
+
+
+def _slurm_nodes(env: Mapping[str, str]) -> int:
+    return int(env.get("SLURM_NNODES", "1") or 1)
