@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 MATH_FIELDS = ("id", "response", "answer")
+VLLM_FLAGS = ("tensor_parallel_size", "data_parallel_size", "gpu_memory_utilization", "max_model_len")
 TEST_FIELDS = ("test", "test_list", "tests", "input_output")
 CODE_HINT = (
     "HumanEval-shaped code lines need id, prompt, response, test, entry_point (MBPP: test_list; "
@@ -41,7 +42,18 @@ def register(sub) -> None:
     chat = p.add_mutually_exclusive_group()
     chat.add_argument("--chat", dest="chat", action="store_true", default=None, help="force the chat template")
     chat.add_argument("--no-chat", dest="chat", action="store_false", help="raw prompts, no chat template")
-    p.add_argument("--tensor-parallel-size", type=int, help="vllm engine")
+    p.add_argument("--tensor-parallel-size", type=int, help="vllm engine: GPUs per engine (default 1)")
+    p.add_argument(
+        "--data-parallel-size",
+        type=int,
+        help="vllm engine: engines, one process per group of --tensor-parallel-size GPUs (default 1)",
+    )
+    p.add_argument(
+        "--gpu-memory-utilization", type=float, help="vllm engine: fraction of each GPU's memory (default 0.85)"
+    )
+    p.add_argument(
+        "--max-model-len", type=int, help="vllm engine: context length, prompt + new tokens (default: the model's)"
+    )
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--workers", type=int, help="grading processes/threads (default: CPU count)")
     p.add_argument("--sandbox-python", help="interpreter for code (default /usr/bin/python3)")
@@ -99,7 +111,28 @@ def check_eval_args(args) -> None:
             "--suites and --lm-eval-tasks are two separate evaluations; give one of them (our suites "
             "are available to lm-eval as harness_<suite>)"
         )
-    _positive(args, ("n", "max_tokens", "limit", "batch_size", "threads", "workers", "tensor_parallel_size"))
+    _positive(
+        args,
+        (
+            "n",
+            "max_tokens",
+            "limit",
+            "batch_size",
+            "threads",
+            "workers",
+            "tensor_parallel_size",
+            "data_parallel_size",
+            "max_model_len",
+        ),
+    )
+    if args.engine != "vllm":
+        given = [f for f in VLLM_FLAGS if getattr(args, f, None) is not None]
+        if given:
+            flags = ", ".join("--" + f.replace("_", "-") for f in given)
+            raise ValueError(f"{flags}: vllm engine option(s); add --engine vllm or drop them")
+    gmu = getattr(args, "gpu_memory_utilization", None)
+    if gmu is not None and not 0 < gmu <= 1:
+        raise ValueError(f"--gpu-memory-utilization {gmu}: allowed 0 < value <= 1")
     if args.top_p is not None and not 0 < args.top_p <= 1:
         raise ValueError(f"--top-p {args.top_p}: allowed 0 < top_p <= 1")
     if args.temperature is not None and args.temperature < 0:
@@ -108,6 +141,31 @@ def check_eval_args(args) -> None:
         from harness.io import check_output_dir
 
         check_output_dir(args.out, "--out")
+
+
+def engine_kwargs(args, chat=None) -> dict:
+    """The engine's keyword arguments from the command line (None = the engine's default)."""
+    kw = {"chat": args.chat if chat is None else chat}
+    if args.engine == "hf":
+        kw.update(batch_size=args.batch_size, device=args.device, threads=args.threads)
+    elif args.engine == "vllm":
+        kw.update(seed=args.seed, **{f: getattr(args, f, None) for f in VLLM_FLAGS})
+    return kw
+
+
+def _check_context_length(args, suite) -> None:
+    """--max-model-len must leave room for the prompt and the protocol's new tokens (else vLLM would cut
+    generations short of max_tokens: a silent protocol change)."""
+    limit = getattr(args, "max_model_len", None)
+    if limit is None:
+        return
+    max_tokens = suite.protocol.with_overrides(max_tokens=args.max_tokens).max_tokens
+    if limit <= max_tokens:
+        raise ValueError(
+            f"--max-model-len {limit} leaves no room for the prompt: suite {suite.name} generates up to "
+            f"{max_tokens} new tokens; raise --max-model-len above {max_tokens} (prompt + new tokens) or lower "
+            "--max-tokens"
+        )
 
 
 def cmd_eval(args) -> int:
@@ -130,15 +188,16 @@ def cmd_eval(args) -> int:
             n_samples=args.n, temperature=args.temperature, top_p=args.top_p, max_tokens=args.max_tokens
         )
         s.load(data_dir=args.data_dir, fixtures=args.fixtures, limit=args.limit, template=args.template)
+        _check_context_length(args, s)
     sandbox = None
     if any(s.kind == "code" for s in suites):
         sandbox = _make_sandbox(args.sandbox_python, args.workers, None)
-    kw = {"chat": args.chat}
-    if args.engine == "hf":
-        kw.update(batch_size=args.batch_size, device=args.device, threads=args.threads)
-    elif args.engine == "vllm":
-        kw.update(tensor_parallel_size=args.tensor_parallel_size, seed=args.seed)
-    engine = make_engine(args.engine, args.model, **kw)
+    try:
+        engine = make_engine(args.engine, args.model, **engine_kwargs(args))
+    except BaseException:
+        if sandbox is not None:
+            sandbox.close()
+        raise
     out = args.out or os.path.join("evals_out", Path(args.model.rstrip("/")).name)
     try:
         summary = evaluate(
@@ -158,6 +217,7 @@ def cmd_eval(args) -> int:
             sandbox=sandbox,
         )
     finally:
+        engine.close()
         if sandbox is not None:
             sandbox.close()
     for name in [s.name for s in suites]:
@@ -191,19 +251,19 @@ def _cmd_lm_eval(args) -> int:
         meta.setdefault("fixtures", True)
     if args.template:
         meta.setdefault("template", args.template)
-    kw = {"chat": bool(args.chat)}
-    if args.engine == "hf":
-        kw.update(batch_size=args.batch_size, device=args.device, threads=args.threads)
-    engine = make_engine(args.engine, args.model, **kw)
+    engine = make_engine(args.engine, args.model, **engine_kwargs(args, chat=bool(args.chat)))
     tasks = [t.strip() for t in args.lm_eval_tasks.split(",") if t.strip()]
-    res = run_lm_eval(
-        engine,
-        tasks,
-        include_path=args.include_path,
-        limit=args.limit,
-        metadata=meta,
-        apply_chat_template=bool(args.chat),
-    )
+    try:
+        res = run_lm_eval(
+            engine,
+            tasks,
+            include_path=args.include_path,
+            limit=args.limit,
+            metadata=meta,
+            apply_chat_template=bool(args.chat),
+        )
+    finally:
+        engine.close()
     out = Path(args.out or os.path.join("evals_out", Path(args.model.rstrip("/")).name))
     out.mkdir(parents=True, exist_ok=True)
     atomic_write_json(out / "lm_eval_results.json", res["results"])

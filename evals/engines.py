@@ -1,17 +1,19 @@
 """Generation engines behind one interface: HF transformers (CPU/GPU, batched) and vLLM (GPU, lazy import).
 
-``engine.generate(requests, protocol)`` takes ``Request(key, prompt)`` items and yields ``(request, text)``
-as batches finish, so the caller can append each completion to disk at once. Prompts are chat-formatted with
-the tokenizer's chat template when it has one (``chat=None`` = auto), else passed raw.
+``engine.generate(requests, protocol)`` takes ``Request(key, prompt)`` items, key = (problem id, sample index),
+and yields ``(request, text)`` as results come (HF: each batch; vLLM: once its one ``generate`` is done), so the
+caller can append each completion to disk at once. Prompts are chat-formatted with the tokenizer's chat template
+when it has one (``chat=None`` = auto), else passed raw. ``engine.close()`` releases workers and devices.
 
-Differences from the official scripts: sampling seeds are per batch (HF) / per request (vLLM) derived from
-``seed``, so a resumed run does not reproduce the exact samples an uninterrupted run would have drawn (the
+Differences from the official scripts: sampling seeds are per batch (HF) / per problem request (vLLM) derived
+from ``seed``, so a resumed run does not reproduce the exact samples an uninterrupted run would have drawn (the
 distribution is the same).
 """
 
 from __future__ import annotations
 
 import os
+import weakref
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -37,6 +39,9 @@ class Engine:
 
     def describe(self) -> dict:
         return {"engine": self.name}
+
+    def close(self) -> None:
+        """Release the engine's workers/devices (a no-op where there are none)."""
 
 
 def split_model_path(model: str) -> tuple[str, dict]:
@@ -154,7 +159,16 @@ class HFEngine(Engine):
 
 @ENGINES.register("vllm")
 class VLLMEngine(Engine):
-    """vLLM offline inference (GPU). ``pip install vllm`` (extra ``gpu``); imported only when used."""
+    """vLLM offline inference (GPU; ``pip install 'entropy-harness[gpu]'``, imported only when used).
+
+    One ``generate`` per call over all requests, ``SamplingParams(n=k)`` per problem (``vllm_runner.plan``), and
+    ``data_parallel_size`` engines of ``tensor_parallel_size`` GPUs each: 1 runs in this process; more run one
+    spawned process per GPU group (``CUDA_VISIBLE_DEVICES`` per group), kept for the engine's lifetime, the
+    requests split between them and merged back in request order. If a group fails, the other groups'
+    results are still yielded (and written by the caller) before the error is raised.
+
+    ``runtime`` is the one seam to vLLM (``vllm_runner.Runtime``; default the real ``vllm.LLM`` and
+    ``vllm.SamplingParams``): tests pass a stand-in because vLLM cannot run without a GPU."""
 
     name = "vllm"
 
@@ -162,21 +176,34 @@ class VLLMEngine(Engine):
         self,
         model: str,
         tensor_parallel_size: int = 1,
+        data_parallel_size: int = 1,
         gpu_memory_utilization: float = 0.85,
         max_model_len: int | None = None,
         chat: bool | None = None,
-        chunk: int = 512,
         seed: int = 0,
         dtype: str = "auto",
+        runtime=None,
     ):
-        try:
-            from vllm import LLM
-        except ImportError as e:
+        import importlib.util
+
+        from . import vllm_runner
+
+        self.runtime = runtime or vllm_runner.VLLM_RUNTIME
+        if self.runtime.package and importlib.util.find_spec(self.runtime.package) is None:
             raise ValueError(
-                f"--engine vllm needs the vllm package (pip install 'entropy-harness[gpu]'): {e}"
-            ) from None
+                "--engine vllm needs the vllm package (pip install 'entropy-harness[gpu]'): "
+                f"No module named {self.runtime.package!r}"
+            )
+        for flag, v in (("tensor-parallel-size", tensor_parallel_size), ("data-parallel-size", data_parallel_size)):
+            if not isinstance(v, int) or v < 1:
+                raise ValueError(f"--{flag} {v}: must be an integer >= 1")
+        if not 0 < gpu_memory_utilization <= 1:
+            raise ValueError(f"--gpu-memory-utilization {gpu_memory_utilization}: allowed 0 < value <= 1")
+        if max_model_len is not None and max_model_len < 1:
+            raise ValueError(f"--max-model-len {max_model_len}: must be >= 1")
+        check_model_path(model)
         path, extra = split_model_path(model)
-        kw = dict(
+        self.llm_kwargs = dict(
             model=model if extra else path,
             tensor_parallel_size=tensor_parallel_size,
             seed=seed,
@@ -184,41 +211,52 @@ class VLLMEngine(Engine):
             dtype=dtype,
         )
         if max_model_len:
-            kw["max_model_len"] = max_model_len
-        self.llm = LLM(**kw)
-        self.tokenizer = self.llm.get_tokenizer()
-        self.model_id, self.chat, self.chunk = model, chat, chunk
+            self.llm_kwargs["max_model_len"] = max_model_len
+        self.model_id, self.chat, self.data_parallel_size = model, chat, data_parallel_size
+        self._llm = self._pool = None
+        if data_parallel_size == 1:
+            self._llm = self.runtime.make_llm(**self.llm_kwargs)
+        else:
+            visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+            installed = None
+            if visible is None:
+                from harness.provenance import gpu_models
+
+                installed = len(gpu_models())
+            devices = vllm_runner.device_groups(data_parallel_size, tensor_parallel_size, visible, installed)
+            self._pool = vllm_runner.WorkerPool(self.runtime, self.llm_kwargs, devices, chat)
+            self._finalizer = weakref.finalize(self, self._pool.close)
+        self._closed = False
 
     def describe(self) -> dict:
         return {"engine": self.name, "model": self.model_id}
 
     def generate(self, requests, protocol, seed=0):
-        from vllm import SamplingParams
+        from . import vllm_runner
 
+        if self._closed:
+            raise RuntimeError("this vLLM engine was closed")
         reqs = list(requests)
-        for b in range(0, len(reqs), self.chunk):
-            batch = reqs[b : b + self.chunk]
-            texts = [chat_format(self.tokenizer, r.prompt, self.chat) for r in batch]
-            params = [
-                SamplingParams(
-                    n=1,
-                    temperature=protocol.temperature,
-                    top_p=protocol.top_p,
-                    max_tokens=protocol.max_tokens,
-                    seed=None if protocol.temperature == 0 else _request_seed(seed, r.key),
-                )
-                for r in batch
-            ]
-            outs = self.llm.generate(texts, params, use_tqdm=False)
-            for r, o in zip(batch, outs):
-                yield r, o.outputs[0].text
+        prompts = vllm_runner.plan(reqs, seed, sampled=protocol.temperature > 0)
+        if self._pool is None:
+            texts = vllm_runner.run_group(self._llm, self.runtime, prompts, protocol, self.chat)
+            yield from vllm_runner.ordered_results(reqs, prompts, dict(enumerate(texts)))
+            return
+        shares = vllm_runner.assign_groups(prompts, self.data_parallel_size)
+        results, errors = self._pool.run([[prompts[i] for i in share] for share in shares], protocol)
+        texts = {i: t for g, share in enumerate(shares) if g in results for i, t in zip(share, results[g])}
+        yield from vllm_runner.ordered_results(reqs, prompts, texts)  # what finished is kept even if a group failed
+        if errors:
+            detail = "\n".join(f"{self._pool.group_name(g)}:\n{tb}" for g, tb in sorted(errors.items()))
+            raise RuntimeError(
+                f"{len(errors)} of {self.data_parallel_size} vLLM data-parallel groups failed:\n{detail}"
+            )
 
-
-def _request_seed(seed: int, key: tuple) -> int:
-    """Deterministic per-request seed (``hash()`` of strings changes between processes)."""
-    import zlib
-
-    return zlib.crc32(repr((seed,) + tuple(key)).encode()) & 0x7FFFFFFF
+    def close(self) -> None:
+        if self._pool is not None:
+            self._finalizer()
+        self._llm = self._pool = None
+        self._closed = True
 
 
 def make_engine(name: str, model: str, **kw) -> Engine:

@@ -5,7 +5,7 @@ Output directory (``--out DIR``)::
     DIR/<suite>.protocol.json     model, engine, protocol: a rerun with a different one is refused
     DIR/<suite>.generations.jsonl one line per (problem, sample) as it is generated; a rerun continues here
     DIR/<suite>.graded.jsonl      generations + correct/status/detail (rewritten atomically)
-    DIR/results.json              {"model", "engine", "suites": {<suite>: <contract §4 result>}}
+    DIR/results.json              {"model", "engine", "suites": {<suite>: <contract §4 result>}, "provenance"}
 
 ``score_suite`` (grading + metrics from responses already in hand) is the entry point the training
 backends use for in-loop evals.
@@ -21,6 +21,7 @@ from pathlib import Path
 
 from tqdm.auto import tqdm
 
+from harness import provenance
 from harness.io import atomic_write_json, read_jsonl, write_jsonl
 from harness.records import SuiteResult
 
@@ -158,11 +159,13 @@ def evaluate(
                 "use another --out directory"
             )
     summary.update(desc)
+    datasets = _previous_datasets(summary)  # provenance: one entry per suite in this file, the latest read
     for suite in suites:
         protocol = suite.protocol.with_overrides(
             n_samples=n, temperature=temperature, top_p=top_p, max_tokens=max_tokens
         )
         problems = suite.load(data_dir=data_dir, fixtures=fixtures, limit=limit, template=template)
+        datasets[suite.name] = suite_dataset_entry(suite, problems, data_dir=data_dir, fixtures=fixtures)
         ident = {
             "suite": suite.name,
             **engine.describe(),
@@ -217,8 +220,33 @@ def evaluate(
         result["resumed_samples"] = len(problems) * protocol.n_samples - len(todo)
         write_jsonl(out / f"{suite.name}.graded.jsonl", graded)
         summary["suites"][suite.name] = result
+        summary["provenance"] = provenance.collect(datasets=[d for k, d in datasets.items() if k in summary["suites"]])
         atomic_write_json(results_path, summary)
     return summary
+
+
+def suite_dataset_entry(suite: Suite, problems: list[dict], *, data_dir=None, fixtures: bool = False) -> dict:
+    """Provenance of a suite's data: where it came from, the hub revision when read from the hub (a local file
+    is identified by its hash alone), and the sha256 of the problems as evaluated (``dataset_entry`` rows)."""
+    from .suites import FIXTURE_DIR, find_local
+
+    revision = None
+    if fixtures:
+        source = str(find_local(FIXTURE_DIR, suite.name))
+    elif data_dir:
+        source = str(find_local(Path(data_dir), suite.name))
+    elif suite.loader is not None:
+        source = f"generated:{suite.name}"
+    else:
+        source = "hub:" + ":".join(x for x in (suite.hf_id, suite.hf_config, suite.split) if x)
+        revision = getattr(suite, "revision", None)
+    return provenance.dataset_entry(suite.name, problems, revision=revision, source=source)
+
+
+def _previous_datasets(summary: dict) -> dict[str, dict]:
+    prov = summary.get("provenance")
+    entries = prov.get("datasets") if isinstance(prov, dict) else None
+    return {d["name"]: d for d in entries or [] if isinstance(d, dict) and d.get("name") and d.get("sha256")}
 
 
 def _existing(path: Path, problems: list[dict], protocol: Protocol) -> dict[tuple, str]:
