@@ -26,9 +26,10 @@ from pathlib import Path
 
 import yaml
 
+from harness import provenance
 from harness.config import RunConfig, diff_configs, load_config, run_id_of
 from harness.io import atomic_write_json, atomic_write_text, read_jsonl, repair_jsonl
-from harness.records import SCHEMA_VERSION, RunResult, result_payload  # noqa: F401  (SCHEMA_VERSION re-exported)
+from harness.records import SCHEMA_VERSION, RunResult, result_payload, task_label  # noqa: F401  (SCHEMA_VERSION re-exported)
 
 RUN_FILES = (
     "config.yaml",
@@ -136,6 +137,16 @@ def finished_status(updates: dict) -> str:
     return "insufficient_updates" if updates["made"] < MIN_UPDATE_FRACTION * updates["expected"] else "completed"
 
 
+def task_datasets(cfg: RunConfig) -> list[dict]:
+    """Provenance of the training data: a data file's bytes (sha256), else the generated task's spec (name,
+    options, test size: the generator is deterministic, and the code is the provenance's git commit)."""
+    path = Path(cfg.task.name)
+    if path.is_file():
+        return [provenance.dataset_entry(task_label(cfg.task.name), path)]
+    spec = {"task": cfg.task.name, "options": cfg.task.options, "test_size": cfg.task.test_size}
+    return [provenance.dataset_entry(cfg.task.name, [spec], source="generated")]
+
+
 def run(config, run_dir: str | os.PathLike, force: bool = False, quiet: bool = False) -> dict:
     """Train one run (resuming when possible) and return its result.json content."""
     from harness.rundir import RunDirLock, check_placement
@@ -169,6 +180,11 @@ def _run_locked(cfg: RunConfig, run_dir: Path, force: bool, quiet: bool) -> dict
 
     try:
         record = backend.train(cfg, run_dir, log=log)
+        fields = record.to_dict() if isinstance(record, RunResult) else dict(record or {})
+        if cfg.eval.after_training:  # export -> score eval.suites -> attach (a failure here fails the run: a
+            from harness.after_training import attach, run_stage  # resubmission resumes at the end and retries)
+
+            fields = attach(fields, run_stage(cfg, run_dir, backend, log))
     except KeyboardInterrupt:
         raise
     except Exception as e:
@@ -186,7 +202,7 @@ def _run_locked(cfg: RunConfig, run_dir: Path, force: bool, quiet: bool) -> dict
             ),
         )
         raise
-    fields = record.to_dict() if isinstance(record, RunResult) else dict(record or {})
+    fields["provenance"] = provenance.collect(datasets=fields.pop("datasets", None) or task_datasets(cfg))
     fields["updates"] = updates = count_updates(run_dir, cfg.train.steps)
     result = payload(finished_status(updates), fields)
     write_result(run_dir, result)
