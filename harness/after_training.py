@@ -19,6 +19,22 @@ from pathlib import Path
 STAGE_DIR = ("eval", "after_training")
 
 
+def describe(cfg) -> str:
+    """One line for the dry runs: the in-loop eval and the after-training stage of this run."""
+    ec = cfg.eval
+    names = ", ".join(ec.suites) or "the run's own task"
+    loop = f"every {ec.every} steps" if ec.every else "at the end only"
+    if not ec.every and cfg.backend != "pocket":
+        loop = "off"
+    proto = "each suite's own protocol" if ec.protocol == "suite" else f"n={ec.n_samples}, T={ec.temperature}"
+    after = (
+        f"after training: {names} ({proto}, {engine_for(cfg)} engine)"
+        if ec.after_training
+        else "no after-training eval"
+    )
+    return f"eval: in loop {loop}; {after}"
+
+
 def engine_for(cfg) -> str:
     """``eval.engine``; ``auto`` = vLLM where it can run (CUDA training device and vllm importable), else HF."""
     if cfg.eval.engine != "auto":

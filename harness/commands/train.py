@@ -22,11 +22,13 @@ def handle(args) -> int:
 
     check_placement(run_dir, "cell" if (run_dir / "cell.json").is_file() else "run")  # --dry-run refuses it too
     if args.dry_run:
+        from harness.after_training import describe as describe_eval
         from harness.backends import get_backend
 
         print(cfg.to_yaml(), end="")
         print(f"# run id {cfg.run_id()} -> {run_dir}")
         print(get_backend(cfg.backend).launch_command(cfg, run_dir))
+        print(f"# {describe_eval(cfg)}")
         return 0
     from harness.runner import FINISHED
 

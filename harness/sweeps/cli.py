@@ -227,6 +227,9 @@ def launch_commands(cells: list[Cell], runs_dir: Path) -> dict[str, str]:
 
 
 def print_plan(spec: SweepSpec, cells: list[Cell], runs_dir: Path, executor: str) -> None:
+    from harness.after_training import describe as describe_eval
+    from harness.config import load_config
+
     groups = group_by_resources(cells)
     print(
         f"sweep {spec.name}: {len(cells)} cells in {len(groups)} resource group(s); runs dir {runs_dir}; "
@@ -241,6 +244,7 @@ def print_plan(spec: SweepSpec, cells: list[Cell], runs_dir: Path, executor: str
         for c in group:
             print(f"  {c.alias}  id={c.id}  dir={C.cell_dir(runs_dir, c)}")
             print(f"    $ {commands[c.id]}")
+            print(f"    {describe_eval(load_config(c.config))}")
 
 
 def print_resubmit_hint(rows: list[CellStatus], spec: str | Path, runs_dir: Path) -> None:
