@@ -9,6 +9,7 @@ is an error instead of being silently dropped (HF ``code_eval``). Standard error
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Callable, Hashable, Sequence
 
 
@@ -88,9 +89,11 @@ def summarize(per_problem: Sequence[dict], k: int | None = None) -> dict[str, fl
 
 
 def answer_key(pred: str | None) -> str | None:
-    """Equivalence key of an extracted math answer for maj@k (normalised string)."""
+    """Equivalence key of an extracted math answer for maj@k: the normalised string without spaces, except the
+    one after a list comma (``1, 2`` must not become ``1,2``, which the grader also reads as the number 1.2)."""
     if pred is None:
         return None
     from .math_grader import normalize_answer
 
-    return normalize_answer(pred).replace(" ", "").replace("\\dfrac", "\\frac").replace("\\tfrac", "\\frac")
+    key = re.sub(r",\s+", ", ", normalize_answer(pred))  # a list keeps its ", ": "1,2" reads as a decimal comma
+    return re.sub(r"(?<!,)\s+", "", key).replace("\\dfrac", "\\frac").replace("\\tfrac", "\\frac")
