@@ -218,6 +218,15 @@ def evaluate(
         )
         result["generation_s"] = round(gen_time, 2)
         result["resumed_samples"] = len(problems) * protocol.n_samples - len(todo)
+        if suite.kind == "math":  # what the official last-box rule costs: verdicts the joined-boxes rule changes
+            from .math_grader import compare_box_rules
+
+            b = result["box_rules"] = compare_box_rules(graded, workers=workers)
+            if progress:
+                tqdm.write(
+                    f"{suite.name}: last box vs joined boxes: {b['changed']} of {b['rows']} verdicts differ "
+                    f"({b['gained']} wrong -> right, {b['lost']} right -> wrong under joined boxes)"
+                )
         write_jsonl(out / f"{suite.name}.graded.jsonl", graded)
         summary["suites"][suite.name] = result
         summary["provenance"] = provenance.collect(datasets=[d for k, d in datasets.items() if k in summary["suites"]])
