@@ -21,6 +21,10 @@ def register(sub) -> None:
     t.add_argument("--reference", choices=["paper"], default=None, help="add the paper's Table 2, marked reference")
     t.add_argument("--allow-mixed-protocols", action="store_true",
                    help="show a suite evaluated under several protocols as one column per protocol (flagged)")
+    t.add_argument("--allow-mixed-data", action="store_true",
+                   help="pool runs of one row even when their provenance shows different data (flagged)")
+    t.add_argument("--provenance", action="store_true",
+                   help="add a column: short git commit(s) (+dirty) and data hash of each row's runs")
     t.add_argument("--out", type=Path, default=None, help="write to this file instead of stdout")
     t.set_defaults(func=cmd_table)
 
@@ -103,7 +107,8 @@ def cmd_table(args) -> int:
         check_output_file(args.out, "--out")
     col = _collect(args.runs) if args.runs else None
     lb = build_leaderboard(col, baseline=args.baseline, reference=args.reference,
-                           allow_mixed_protocols=args.allow_mixed_protocols)
+                           allow_mixed_protocols=args.allow_mixed_protocols, allow_mixed_data=args.allow_mixed_data,
+                           provenance=args.provenance)
     text = render(lb, args.format)
     if args.out:
         from .report import _write

@@ -11,6 +11,9 @@
 * ``metrics`` one row per logged training step (wide: one column per metrics.jsonl key, NaN = not logged);
 * ``evals``   one row per (run, eval step, suite): the suite's primary metric, its protocol and weight.
 
+``runs`` also carries each result's provenance: ``git_commit``, ``git_dirty`` and ``datasets`` (JSON
+``{name: sha256}``), missing (NaN) for results written before provenance was recorded.
+
 Nothing missing is ever turned into 0: absent keys, null values and unfinished runs stay NaN / "missing".
 A corrupt metrics line is skipped with a :class:`CorruptMetricsWarning` naming file and line.
 """
@@ -147,7 +150,21 @@ def _eval_only_result(run_dir: Path) -> dict | None:
         return None
     model = str(obj.get("model") or run_dir.name).rstrip("/")
     return {"status": "completed", "method": "eval-only", "model": Path(model).name if "/" in model and Path(
-        model).exists() else model, "eval": {"step": 0, "suites": obj["suites"]}, "backend": obj.get("engine")}
+        model).exists() else model, "eval": {"step": 0, "suites": obj["suites"]}, "backend": obj.get("engine"),
+            "provenance": obj.get("provenance")}
+
+
+def run_provenance(result: dict | None) -> dict:
+    """``git_commit``, ``git_dirty`` and ``datasets`` (JSON {name: sha256}) of a result's ``provenance``; all None
+    for a result written before provenance was recorded (harness/provenance.py)."""
+    prov = (result or {}).get("provenance")
+    if not isinstance(prov, dict):
+        return {"git_commit": None, "git_dirty": None, "datasets": None}
+    data = {d["name"]: d["sha256"] for d in prov.get("datasets") or []
+            if isinstance(d, dict) and isinstance(d.get("name"), str) and isinstance(d.get("sha256"), str)}
+    commit = prov.get("git_commit")
+    return {"git_commit": commit if isinstance(commit, str) else None, "git_dirty": prov.get("git_dirty"),
+            "datasets": json.dumps(data, sort_keys=True)}
 
 
 def _run_info(run_dir: Path) -> dict:
@@ -178,6 +195,7 @@ def _run_info(run_dir: Path) -> dict:
         "seed": src.get("seed", cfg.get("seed")),
         "steps": src.get("steps"),
         "wall_time_s": src.get("wall_time_s"),
+        **run_provenance(result),
         "_result": result,
     }
 

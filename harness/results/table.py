@@ -18,11 +18,18 @@ Two averages per run, then over seeds:
 A run's average is missing (never partial) when it lacks a suite that other runs of its task were scored on.
 Results of one suite under different protocols (metric, n, temperature, top_p, max_tokens) are refused, or
 with ``allow_mixed_protocols`` shown as separate columns and flagged.
+
+Provenance (harness/provenance.py): runs pooled into one row must have read the same data: a dataset name with
+two sha256 values among a row's runs is refused, or with ``allow_mixed_data`` pooled and flagged. Runs written
+before provenance was recorded pool as before, named in a note. ``provenance=True`` adds a column: the short git
+commit(s) (``+dirty`` when the tree had changes) and a short hash of the row's data.
 """
 
 from __future__ import annotations
 
+import hashlib
 import html
+import json
 import math
 from dataclasses import dataclass, field
 
@@ -51,6 +58,7 @@ class Leaderboard:
     show_task: bool = False
     baseline: str | None = None
     show_setting: bool = False
+    show_provenance: bool = False
 
 
 def run_scores(col: Collection, allow_mixed_protocols: bool = False) -> tuple[pd.DataFrame, list[str]]:
@@ -106,7 +114,8 @@ def _stats(values: pd.Series) -> tuple[float, float, float, int]:
 
 
 def build_leaderboard(col: Collection | None, baseline: str | None = None, reference: str | None = None,
-                      allow_mixed_protocols: bool = False) -> Leaderboard:
+                      allow_mixed_protocols: bool = False, allow_mixed_data: bool = False,
+                      provenance: bool = False) -> Leaderboard:
     """Aggregate runs (and optionally the paper's Table 2) into a :class:`Leaderboard`."""
     rows: list[dict] = []
     notes: list[str] = []
@@ -120,17 +129,18 @@ def build_leaderboard(col: Collection | None, baseline: str | None = None, refer
         per_run = ev.pivot_table(index="run_dir", columns="column", values="value", aggfunc="first")
         per_run = per_run.join(avgs.set_index("run_dir"))
         ident = col.runs.set_index("run_dir")[["model", "model_params", "task", "setting", "label", "seed",
-                                                 "status"]]
+                                                 "status", *PROVENANCE_COLS]]
         per_run = per_run.join(ident)
         per_run["flag"] = np.where(per_run["status"] == FLAG_INSUFFICIENT, FLAG_INSUFFICIENT, "")
         suite_cols = sorted(ev["column"].unique(), key=_column_order)
         task_cols = ev.groupby(ev["task"].astype(str))["column"].apply(lambda s: ";".join(sorted(set(s)))).to_dict()
         keys = ["model", "task", "setting", "label", "flag"]
+        data_notes = _check_data(per_run, keys, allow_mixed_data)
         for (model, task, setting, label, flag), grp in per_run.groupby(keys, dropna=False):
             row = {"source": "runs", "model": model, "model_params": grp["model_params"].max(), "task": task,
                    "setting": setting, "method": label, "flag": flag,
                    "seeds": ",".join(_seed(s) for s in sorted(grp["seed"].dropna().unique())),
-                   "task_suites": task_cols.get(str(task), ""),
+                   "task_suites": task_cols.get(str(task), ""), "provenance": provenance_text(grp),
                    "_by_seed": {c: {_seed(s): float(v) for s, v in zip(grp["seed"], grp[c]) if pd.notna(v)}
                                 for c in suite_cols + AVG_COLS}}
             for c in suite_cols + AVG_COLS:
@@ -157,7 +167,7 @@ def build_leaderboard(col: Collection | None, baseline: str | None = None, refer
                      "(Δ) excludes zero. "
                      "avg (suites) = plain mean of suites; avg (samples) = mean over all evaluation samples "
                      "(suite weight n_problems × n_samples), as the paper's Avg.")
-        notes += proto_notes
+        notes += proto_notes + data_notes
         missing = _missing_text(col)
         if missing:
             notes.append(missing)
@@ -175,11 +185,12 @@ def build_leaderboard(col: Collection | None, baseline: str | None = None, refer
             if s not in suite_cols:
                 suite_cols.append(s)
     table = pd.DataFrame(rows)
-    for k, default in (("setting", ""), ("flag", ""), ("_by_seed", None)):
+    for k, default in (("setting", ""), ("flag", ""), ("_by_seed", None), ("provenance", "")):
         if k not in table:
             table[k] = default
     table["setting"] = table["setting"].fillna("")
     table["flag"] = table["flag"].fillna("")
+    table["provenance"] = table["provenance"].fillna("")
     runs_only = table[table["source"] == "runs"] if not table.empty else table
     show_task = bool(len(runs_only)) and runs_only["task"].nunique(dropna=False) > 1
     show_setting = bool(len(runs_only)) and bool((runs_only["setting"] != "").any())
@@ -188,7 +199,77 @@ def build_leaderboard(col: Collection | None, baseline: str | None = None, refer
     _mark_best(table, suite_cols + AVG_COLS)
     table = _sort(table, baseline)
     return Leaderboard(rows=table, columns=suite_cols + AVG_COLS, notes=notes, show_task=show_task,
-                       baseline=baseline, show_setting=show_setting)
+                       baseline=baseline, show_setting=show_setting, show_provenance=provenance)
+
+
+PROVENANCE_COLS = ["git_commit", "git_dirty", "datasets"]
+
+
+def _check_data(per_run: pd.DataFrame, keys: list[str], allow_mixed: bool) -> list[str]:
+    """Refuse (or with ``allow_mixed`` flag) rows pooling runs that read one dataset name in different versions;
+    note the runs without provenance."""
+    conflicts = []
+    for key, grp in per_run.groupby(keys, dropna=False):
+        versions: dict[str, dict[str, list[str]]] = {}
+        for run_dir, data in grp["datasets"].items():
+            if isinstance(data, str):
+                for name, sha in json.loads(data).items():
+                    versions.setdefault(name, {}).setdefault(sha, []).append(str(run_dir))
+        for name, by_sha in sorted(versions.items()):
+            if len(by_sha) > 1:
+                runs = "; ".join(f"sha256 {sha[:12]} in {', '.join(sorted(r))}" for sha, r in sorted(by_sha.items()))
+                conflicts.append(f"{key[0]} {key[3]}: dataset {name!r} in {len(by_sha)} versions ({runs})")
+    notes = []
+    across = []  # rows of one block (compared by Δ and bolding) that read different versions
+    for key, grp in per_run.groupby(["model", "task", "setting"], dropna=False):
+        versions = {}
+        for run_dir, data in grp["datasets"].items():
+            if isinstance(data, str):
+                for name, sha in json.loads(data).items():
+                    versions.setdefault(name, {}).setdefault(sha, set()).add(str(grp.at[run_dir, "label"]))
+        for name, by_sha in sorted(versions.items()):
+            if len(by_sha) > 1:
+                rows = "; ".join(f"{sha[:12]}: {', '.join(sorted(m))}" for sha, m in sorted(by_sha.items()))
+                across.append(f"{key[0]}: dataset {name!r} ({rows})")
+    if across:
+        notes.append("FLAG: rows compared with each other read different data versions, so their differences "
+                     "include the data's: " + " | ".join(across))
+    if conflicts and not allow_mixed:
+        raise ValueError("runs pooled into one row read different data: " + " | ".join(conflicts)
+                         + ". Their scores are not seeds of one experiment; re-run them on one data version, or "
+                         "pass --allow-mixed-data to pool them anyway (flagged)")
+    if conflicts:
+        notes.append("FLAG: rows pool runs that read different data (--allow-mixed-data): " + " | ".join(conflicts))
+    unrecorded = sorted(str(r) for r, d in per_run["datasets"].items() if not isinstance(d, str))
+    if unrecorded:
+        notes.append(f"PROVENANCE: {len(unrecorded)} of {len(per_run)} run(s) carry no provenance (written before it "
+                     "was recorded): their data versions cannot be checked; pooled as before: "
+                     + "; ".join(unrecorded))
+    return notes
+
+
+def provenance_text(grp: pd.DataFrame) -> str:
+    """``git 1a2b3c4+dirty · data 9f8e7d6c`` for a row's runs: each distinct short commit, and per distinct data
+    set the dataset's sha256 (several datasets: the sha256 of their sorted ``name=sha256`` lines), 8 hex."""
+    commits = []
+    for c, dirty in zip(grp["git_commit"], grp["git_dirty"]):
+        if isinstance(c, str):
+            commits.append(c[:7] + ("+dirty" if isinstance(dirty, (bool, np.bool_)) and dirty else ""))
+    data = []
+    for d in grp["datasets"]:
+        if isinstance(d, str) and json.loads(d):
+            m = json.loads(d)
+            if len(m) == 1:
+                data.append(next(iter(m.values()))[:8])
+            else:
+                lines = "".join(f"{k}={v}\n" for k, v in sorted(m.items()))
+                data.append(hashlib.sha256(lines.encode()).hexdigest()[:8])
+    parts = [f"git {', '.join(dict.fromkeys(sorted(commits)))}" if commits else "",
+             f"data {', '.join(dict.fromkeys(sorted(data)))}" if data else ""]
+    missing = int(sum(not isinstance(d, str) for d in grp["datasets"]))
+    if missing:
+        parts.append(f"{missing} run(s) unrecorded")
+    return " · ".join(p for p in parts if p) or "—"
 
 
 def _column_order(c: str):
@@ -364,6 +445,8 @@ def _display(lb: Leaderboard, bold) -> tuple[list[str], list[list[str]]]:
     head += [AVG_TITLES.get(c, PAPER_DISPLAY.get(c, c)) for c in lb.columns]
     base = lb.baseline or "baseline"
     head += [f"{DELTA_TITLES[a]} vs {base}" for a in AVG_COLS]
+    if lb.show_provenance:
+        head.append("provenance")
     body = []
     for _, r in lb.rows.iterrows():
         best = set(filter(None, r["best"].split(";")))
@@ -373,6 +456,8 @@ def _display(lb: Leaderboard, bold) -> tuple[list[str], list[list[str]]]:
                 "run" if r["source"] == "runs" else f"{r['source']} (reference)"]
         line += [bold(_cell(r, c)) if c in best else _cell(r, c) for c in lb.columns]
         line += [_delta(r, a, bold) for a in AVG_COLS]
+        if lb.show_provenance:
+            line.append(str(r.get("provenance", "")))
         body.append(line)
     return head, body
 
@@ -395,7 +480,7 @@ def to_latex(lb: Leaderboard) -> str:
     head, body = _display(lb, lambda s: "\x00" + s + "\x01")
     esc = lambda s: _tex_escape(s).replace("\x00", r"\textbf{").replace("\x01", "}")  # noqa: E731
     n_left = 3 + int(lb.show_task) + int(lb.show_setting)
-    spec = "l" * n_left + "r" * (len(head) - n_left)
+    spec = "l" * n_left + "r" * (len(head) - n_left - int(lb.show_provenance)) + "l" * int(lb.show_provenance)
     out = [r"\begin{tabular}{" + spec + "}", r"\toprule", " & ".join(esc(h) for h in head) + r" \\", r"\midrule"]
     out += [" & ".join(esc(c) for c in row) + r" \\" for row in body]
     out += [r"\bottomrule", r"\end{tabular}"]
@@ -419,7 +504,7 @@ def to_csv(lb: Leaderboard) -> str:
         keep += [f"{c}_mean", f"{c}_ci", f"{c}_std", f"{c}_n"]
     for a in AVG_COLS:
         keep += [f"delta_{a}", f"delta_{a}_ci", f"delta_{a}_paired"]
-    keep += ["best"]
+    keep += ["best"] + (["provenance"] if lb.show_provenance else [])
     return lb.rows.reindex(columns=keep).to_csv(index=False, float_format="%.6g")
 
 
