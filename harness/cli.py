@@ -15,6 +15,7 @@ COMMAND_MODULES = [
     "harness.evals.cli",
     "harness.results.cli",
     "harness.theory.cli",
+    "harness.commands.site",
 ]
 
 
