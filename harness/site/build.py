@@ -99,13 +99,13 @@ def _write_sweep(root: Path, s: Sweep, final_out: Path) -> None:
     d.mkdir(parents=True)
     if s.csv_text:
         _write(d / "leaderboard.csv", s.csv_text)
+    # links to the source folder's files: relative to where the site is written (they work while both stay put)
+    here = (final_out / s.slug).resolve()
     figures = []
     for f in s.figures:
         dest = d / "figures" / f.name
         _copy_figure(f, dest)
-        figures.append((f.stem, f"figures/{f.name}"))
-    # links to the folder's other files: relative to where the site is written (they work while both stay put)
-    here = (final_out / s.slug).resolve()
+        figures.append((f.stem, f"figures/{f.name}", os.path.relpath(f.resolve(), here)))
     other = [(f.name, os.path.relpath(f.resolve(), here)) for f in s.other_files]
 
     def run_href(run: RunInfo) -> str:

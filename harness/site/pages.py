@@ -336,11 +336,12 @@ def sweep_body(
             )
     if figures:
         parts.append(
-            "<h2>Figures</h2><div class='figures'>"
+            "<h2>Figures</h2><p>Downscaled copies; click one for the original in the results folder.</p>"
+            "<div class='figures'>"
             + "".join(
-                f'<figure><img src="{esc(src)}" alt="{esc(name)}" loading="lazy"><figcaption>{esc(name)}</figcaption>'
-                "</figure>"
-                for name, src in figures
+                f'<figure><a href="{esc(orig)}" title="the original, full size"><img src="{esc(src)}" '
+                f'alt="{esc(name)}" loading="lazy"></a><figcaption>{esc(name)}</figcaption></figure>'
+                for name, src, orig in figures
             )
             + "</div>"
         )

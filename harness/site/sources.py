@@ -144,7 +144,7 @@ def read_records(csv_text: str) -> pd.DataFrame:
     df = pd.read_csv(io.StringIO(csv_text), keep_default_na=True)
     for c in ("source", "model", "task", "setting", "method", "flag", "seeds", "best"):
         if c in df:
-            df[c] = df[c].fillna("").astype(str)
+            df[c] = df[c].astype(object).where(df[c].notna(), "").astype(str)
     return df
 
 
