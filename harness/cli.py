@@ -11,6 +11,7 @@ COMMAND_MODULES = [
     "harness.commands.methods",
     "harness.commands.train",
     "harness.commands.export",
+    "harness.commands.data",
     "harness.sweeps.cli",
     "harness.evals.cli",
     "harness.results.cli",
