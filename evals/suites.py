@@ -96,6 +96,7 @@ class Suite:
     fields: str = ""  # the fields a local file needs (for error messages)
     note: str = ""
     loader: Callable[[Suite], list[dict]] | None = None  # custom (e.g. pocket tasks)
+    revision: str | None = None  # hub commit loaded (datasets.load_dataset(..., revision=)); None: the hub's main
 
     def format_prompt(self, row: dict, template: str | None = None) -> str:
         tpl = TEMPLATES.get(template or self.template)
@@ -147,14 +148,22 @@ class Suite:
 
     def _from_hub(self) -> list[dict]:
         try:
+            import sys
+
             import datasets
 
-            ds = datasets.load_dataset(self.hf_id, self.hf_config, split=self.split)
+            if self.revision is None:
+                print(
+                    f"warning: suite {self.name} loads {self.hf_id} at the hub's main (no pinned revision)",
+                    file=sys.stderr,
+                )
+            ds = datasets.load_dataset(self.hf_id, self.hf_config, split=self.split, revision=self.revision)
             return [dict(r) for r in ds]
         except Exception as e:  # noqa: BLE001 - offline, gated, renamed: all the same advice
             cfg = f" (config {self.hf_config})" if self.hf_config else ""
+            rev = f" at revision {self.revision}" if self.revision else ""
             raise FileNotFoundError(
-                f"could not load the dataset {self.hf_id}{cfg} split {self.split!r} for suite {self.name}: "
+                f"could not load the dataset {self.hf_id}{cfg}{rev} split {self.split!r} for suite {self.name}: "
                 f"{type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''}. Offline? Put the data in "
                 f"DIR/{self.name}.jsonl (fields: {self.fields}) and pass --data-dir DIR"
             ) from None
@@ -316,6 +325,17 @@ def kodcode_row(row: dict, i: int) -> dict:
     }
 
 
+# Hub revisions of the suites (the commit each suite's load_dataset reads). The pins below were found offline in
+# public third-party code and dataset cards that pin them (not downloaded here); REVISION_TO_FILL marks a suite
+# whose commit could not be looked up offline: it must be filled with the hub commit you evaluate on. Until then
+# the suite loads the hub's current main and says so (nothing is refused).
+REVISION_TO_FILL = None
+REV_AIME25 = "563bb8404243c5f09de6ec262f2db674fe5bce9b"  # main on 2026-08-11 per a public dataset card (Hub API sha)
+REV_MATH500 = "6e4ed1a2a79af7d8630a6b768ec859cb5af4d3be"  # pinned by a public eval harness
+REV_HUMANEVAL_PLUS = "d32357cf319e50e9c8d8dab5ea876c72b0fd321b"  # a public loader reads test.jsonl at it
+REV_LIVECODEBENCH = "0fe84c3912ea0c4d4a78037083943e8f0c4dd505"  # pinned by public code (holds test.jsonl..test6.jsonl)
+
+
 def _register(suite: Suite) -> Suite:
     SUITES.register(suite.name, suite)
     return suite
@@ -332,6 +352,7 @@ _register(
         protocol=SAMPLED,
         fields=MATH_FIELDS,
         note="AIME 2024 I+II, 30 problems",
+        revision=REVISION_TO_FILL,
     )
 )
 _register(
@@ -344,6 +365,7 @@ _register(
         protocol=SAMPLED,
         fields=MATH_FIELDS,
         note="AIME 2025 I+II, 30 problems",
+        revision=REV_AIME25,
     )
 )
 _register(
@@ -356,6 +378,7 @@ _register(
         protocol=SAMPLED,
         fields=MATH_FIELDS,
         note="AMC 2023, 40 problems (answers stored as floats upstream)",
+        revision=REVISION_TO_FILL,
     )
 )
 _register(
@@ -367,6 +390,7 @@ _register(
         math_row(),
         fields=MATH_FIELDS,
         note="MATH-500 (PRM800K split)",
+        revision=REV_MATH500,
     )
 )
 _register(
@@ -378,6 +402,7 @@ _register(
         math_row(),
         fields=MATH_FIELDS + " (or a solution with \\boxed{})",
         note="Minerva-Math (MIT OCW), 272 problems; NOT lm-eval's minerva_math",
+        revision=REVISION_TO_FILL,
     )
 )
 _register(
@@ -390,6 +415,7 @@ _register(
         hf_config="OE_TO_maths_en_COMP",
         fields="id, question, final_answer (list), context",
         note="OlympiadBench OE_TO maths en COMP, 675 problems",
+        revision=REVISION_TO_FILL,
     )
 )
 _register(
@@ -401,6 +427,7 @@ _register(
         math_row(),
         fields=MATH_FIELDS,
         note="Omni-MATH (4428); its rule-gradable subset is KbsdJames/omni-math-rule",
+        revision=REVISION_TO_FILL,
     )
 )
 _register(
@@ -413,6 +440,7 @@ _register(
         template="code_function",
         fields="task_id, prompt, test, entry_point",
         note="HumanEval+ (tests use numpy: the sandbox python needs it for the full set)",
+        revision=REV_HUMANEVAL_PLUS,
     )
 )
 _register(
@@ -425,6 +453,7 @@ _register(
         template="code_task",
         fields="task_id, prompt, test_list, test_imports, test",
         note="MBPP+",
+        revision=REVISION_TO_FILL,
     )
 )
 _register(
@@ -439,6 +468,7 @@ _register(
         fields="question_id, question_content, starter_code, public_test_cases, private_test_cases, "
         "metadata (or tests, fn_name)",
         note="LiveCodeBench code generation (lite)",
+        revision=REV_LIVECODEBENCH,
     )
 )
 _register(
@@ -451,6 +481,7 @@ _register(
         template="code_task",
         fields="question_id, question, test (pytest file importing solution)",
         note="KodCode (pytest style)",
+        revision=REVISION_TO_FILL,
     )
 )
 
