@@ -17,8 +17,11 @@ import time
 from pathlib import Path
 
 LOCK_FILE = ".run.lock"
-SWEEP_MARKERS = ("sweep.yaml", ".submit.lock")  # a sweep's runs directory
+# Placement looks for files the harness itself made, never for one file name a user may also use (a spec called
+# sweep.yaml or a result.json in the repository root must not make it a sweep or a run):
+SWEEP_MARKERS = (".submit.lock",)  # a sweep's runs directory: made by its first submission
 RUN_MARKERS = ("result.json", "metrics.jsonl", "train.log", LOCK_FILE)  # with config.yaml: a run directory
+CELL_FILE = "cell.json"  # a sweep's cell (harness.sweeps.cells)
 REPORT_MARKERS = ("leaderboard.md",)
 
 
@@ -153,7 +156,7 @@ def kind_of(d: Path) -> str | None:
         return "sweep"
     if (d / "config.yaml").is_file() and any((d / m).exists() for m in RUN_MARKERS):
         return "run"
-    if (d / "result.json").is_file() or (d / "cell.json").is_file():
+    if (d / LOCK_FILE).exists() or (d / CELL_FILE).is_file():
         return "run"
     if any((d / m).is_file() for m in REPORT_MARKERS):
         return "report"

@@ -39,6 +39,7 @@ class CellStatus:
     job_id: str | None = None
     detail: str = ""
     tail: list[str] = field(default_factory=list)  # stderr tail / traceback for failures
+    interrupted: bool = False  # stopped by Ctrl-C of its local sweep: pending, but no job of it is out
 
 
 # ---------------------------------------------------------------------------------------------- scheduler
@@ -176,6 +177,7 @@ def cell_status(d: Path, slurm: dict[str, str] | None = None) -> CellStatus:
         and not rundir.is_locked(d)
     ):
         st.state, st.detail = "pending", "interrupted (Ctrl-C of its sweep); resubmitting resumes from its checkpoint"
+        st.interrupted = True
         return st
     executor = job.get("executor")
     if executor == "slurm":
@@ -237,8 +239,9 @@ def counts(rows: list[CellStatus]) -> Counter:
 
 
 def is_active(st: CellStatus) -> bool:
-    """A job of this cell is still out (queued or running): do not submit it again."""
-    return st.job_id is not None and st.state in ("pending", "running", "unknown")
+    """A job of this cell is still out (queued or running): do not submit it again. An interrupted cell's job
+    has ended (it holds a job id but nothing runs it), so it is resubmitted."""
+    return st.job_id is not None and st.state in ("pending", "running", "unknown") and not st.interrupted
 
 
 def format_table(rows: list[CellStatus], tails: bool = True) -> str:

@@ -87,6 +87,7 @@ def _sweep_dir(tmp_path) -> Path:
     runs = tmp_path / "runs"
     (runs / "a__abc").mkdir(parents=True)
     (runs / "sweep.yaml").write_text("name: s\n")
+    (runs / ".submit.lock").write_text("")  # what a submission leaves (the placement marker)
     (runs / "a__abc" / "cell.json").write_text("{}")
     (runs / "a__abc" / "config.yaml").write_text("{}")
     return runs
@@ -100,7 +101,7 @@ def test_a_run_in_a_sweeps_runs_directory_is_refused_at_the_start(tmp_path, caps
     assert "inside the sweep runs directory" in capsys.readouterr().err
     assert main(["train", str(cfg), "--run-dir", str(runs / "stray"), "--dry-run"]) == 2  # refused in a dry run too
     assert "inside the sweep runs directory" in capsys.readouterr().err
-    assert sorted(p.name for p in runs.iterdir()) == ["a__abc", "sweep.yaml"]  # nothing written
+    assert sorted(p.name for p in runs.iterdir()) == [".submit.lock", "a__abc", "sweep.yaml"]  # nothing written
 
 
 def test_a_run_inside_a_run_or_around_runs_is_refused(tmp_path, capsys):
@@ -123,6 +124,7 @@ def test_a_cell_may_sit_in_its_sweep_and_sweeps_and_reports_refuse_runs(tmp_path
     with pytest.raises(NestingError, match="is a run directory"):
         check_placement(runs / "a__abc", "report")
     (runs / "stray").mkdir()
+    (runs / "stray" / "config.yaml").write_text("{}")
     (runs / "stray" / "result.json").write_text("{}")
     with pytest.raises(NestingError, match="holds a run that is not one of its cells"):
         check_placement(runs, "sweep")
@@ -208,3 +210,15 @@ def test_a_sweep_inside_a_run_is_refused_in_its_dry_run(tmp_path, capsys):
     assert "inside the run directory" in capsys.readouterr().err
     assert main(["sweep", str(spec), "--runs-dir", str(tmp_path / "ok"), "--results-dir", str(run), "--dry-run"]) == 2
     assert "is a run directory" in capsys.readouterr().err
+
+
+def test_a_spec_named_sweep_yaml_and_a_result_json_above_do_not_block_train_or_sweep(tmp_path, capsys):
+    """Issue 29 item 3: placement used to trust file names in every ancestor, blaming the wrong directory."""
+    (tmp_path / "sweep.yaml").write_text(yaml.safe_dump({"name": "s", "base": tiny_pocket_base(), "seeds": [0]}))
+    (tmp_path / "result.json").write_text("{}")  # e.g. some other tool's output in the project root
+    check_placement(tmp_path / "runs" / "r", "run")
+    check_placement(tmp_path / "runs", "sweep")
+    check_placement(tmp_path / "results", "report")
+    assert main(["train", str(cfg_file(tmp_path)), "--run-dir", str(tmp_path / "runs" / "r"), "--dry-run"]) == 0
+    cmd = ["sweep", str(tmp_path / "sweep.yaml"), "--runs-dir", str(tmp_path / "sw"), "--dry-run"]
+    assert main(cmd) == 0, capsys.readouterr().err

@@ -17,7 +17,7 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 def test_ctrl_c_of_a_local_sweep_is_quiet_and_leaves_a_resumable_cell(tmp_path):
-    base = tiny_pocket_base(steps=100000, checkpoint_every=1)
+    base = tiny_pocket_base(steps=60, checkpoint_every=1)
     base["logging"]["progress"] = True  # a progress bar in the cell's stderr must not read as its error
     (tmp_path / "s.yaml").write_text(yaml.safe_dump({"name": "ints", "base": base, "seeds": [0]}))
     env = {**os.environ, "PYTHONPATH": str(REPO), "HARNESS_CACHE": os.environ.get("HARNESS_CACHE", str(tmp_path))}
@@ -61,3 +61,17 @@ def test_ctrl_c_of_a_local_sweep_is_quiet_and_leaves_a_resumable_cell(tmp_path):
     assert [r["step"] for r in rows] == list(range(1, len(rows) + 1))
     log = (cell / "train.log").read_text()
     assert "interrupted" in log and "checkpoint saved" in log  # stopped at a step boundary, not killed mid-step
+    assert len(rows) < 60, "the cell finished before the interrupt; the resubmission below would test nothing"
+    # the resubmission resumes the interrupted cell (it used to say "nothing to submit": still queued or running)
+    again = subprocess.run(
+        [sys.executable, "-m", "harness", "sweep", "s.yaml", "--runs-dir", str(runs), "--executor", "local", "--wait"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert again.returncode == 0, again.stderr
+    assert cell_status(cell).state == "done"
+    rows = [json.loads(x) for x in (cell / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in rows] == list(range(1, 61))  # resumed: every step once, none repeated
