@@ -29,6 +29,7 @@ ORL_EXTRAS: tuple[str, ...] = ("entropy",)  # advantage-estimator extras this ba
 BUILTIN_EQUIVALENT = ("grpo", "rloo", "clip_higher", "entropy_bonus", "gspo")
 # method -> (OpenRLHF --actor.policy_loss_type, when the method equals it); tests/openrlhf/test_agreement.py
 NATIVE_LOSS = {"gspo": ("gspo", lambda m: m.level == "sequence" and m.agg == "seq-mean-token-mean")}
+from harness.backends.openrlhf import memory  # noqa: E402
 from harness.backends.openrlhf.options import (  # noqa: E402,F401  (re-exported: the launcher's names)
     REWARDS,
     OpenRLHFConfigError,
@@ -72,6 +73,7 @@ class LaunchPlan:
     env: dict[str, str]  # environment of the launcher (and, through Ray's runtime_env, every worker)
     plugin: dict  # the plugin config (also JSON in env[PLUGIN_ENV])
     python: str
+    memory: memory.Resolved | None = None  # the memory plan behind zero_stage / adam_offload / vllm_tp
 
 
 def _flag_value(v) -> list[str]:
@@ -191,11 +193,19 @@ def build_plan(config, run_dir: str | os.PathLike) -> LaunchPlan:
             f"({micro}) x actor GPUs ({world} = openrlhf.nodes x openrlhf.gpus_per_node); DeepSpeed needs "
             f"mini-batch = micro x grad-accumulation x GPUs"
         )
-    engines = opts.vllm_engines if opts.vllm_engines is not None else max(world // opts.vllm_tp, 1)
-    if opts.colocate and engines * opts.vllm_tp != world:
+    mem = memory.resolve(  # `auto` -> the memory rule; a plan that cannot fit is refused (docs/gpu.md)
+        opts,
+        model=str(model.get("name")),
+        micro=micro,
+        seq_len=opts.max_prompt_len + int(train.get("max_new_tokens", 1024)),
+        entropy="grad" if method.needs_entropy else "forward" if opts.log_entropy else "none",
+    )
+    tp = mem.vllm_tp
+    engines = opts.vllm_engines if opts.vllm_engines is not None else max(world // tp, 1)
+    if opts.colocate and engines * tp != world:
         raise OpenRLHFConfigError(
             f"openrlhf.vllm_engines: colocated runs need vllm_engines x vllm_tp == actor GPUs "
-            f"({engines} x {opts.vllm_tp} != {world}); set colocate: false or fix the counts"
+            f"({engines} x {tp} != {world}); set colocate: false or fix the counts"
         )
     extra_keys = {str(k) for k in opts.extra_flags}
     if method.needs_global_plan:
@@ -312,12 +322,13 @@ def build_plan(config, run_dir: str | os.PathLike) -> LaunchPlan:
         "--vllm.num_engines",
         str(engines),
         "--vllm.tensor_parallel_size",
-        str(opts.vllm_tp),
+        str(tp),
         "--vllm.gpu_memory_utilization",
         _num(float(opts.vllm_gpu_memory_utilization)),
         *(["--train.colocate_all", "--vllm.enable_sleep", "--ds.enable_sleep"] if opts.colocate else []),
         "--ds.zero_stage",
-        str(opts.zero_stage),
+        str(mem.zero_stage),
+        *(["--ds.adam_offload"] if mem.adam_offload and "--ds.adam_offload" not in opts.extra_flags else []),
         "--ds.param_dtype",
         param_dtype,
         "--ds.attn_implementation",
@@ -368,7 +379,7 @@ def build_plan(config, run_dir: str | os.PathLike) -> LaunchPlan:
     }
     env = {str(k): str(v) for k, v in opts.env.items()}
     env[PLUGIN_ENV] = json.dumps(plugin, sort_keys=True, default=str)
-    return LaunchPlan(argv=argv, env=env, plugin=plugin, python=opts.python or sys.executable)
+    return LaunchPlan(argv=argv, env=env, plugin=plugin, python=opts.python or sys.executable, memory=mem)
 
 
 def eval_flags(dataset: str, ev: dict, max_new: int) -> tuple[list[str], dict]:
@@ -476,6 +487,7 @@ def format_command(plan: LaunchPlan, run_dir) -> str:
         lines[-1] += " \\"
         lines.append("    " + " ".join(_quote(a) for a in argv[i:j]))
         i = j
+    lines += [f"# {line}" for line in (plan.memory.lines() if plan.memory else [])]
     return "\n".join(lines)
 
 

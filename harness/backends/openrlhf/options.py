@@ -15,6 +15,11 @@ def _resource(default):
     return field(default=default, metadata={"measures": False})
 
 
+def _late_resource(default):
+    """A non-measuring field added after run ids were published: dropped from the run id (harness.schema.opt)."""
+    return field(default=default, metadata={"measures": False, "late": True})
+
+
 REWARDS = ("math", "code")  # both graded by reward.py (harness graders)
 
 
@@ -29,10 +34,13 @@ class OpenRLHFOptions:
     nodes: int = _resource(1)  # actor (and ref) nodes
     gpus_per_node: int = _resource(8)  # actor GPUs per node
     vllm_engines: int | None = None  # default: nodes * gpus_per_node // vllm_tp (colocated hybrid engine)
-    vllm_tp: int = _resource(1)  # vLLM tensor parallel size
+    vllm_tp: int | str = _resource(1)  # vLLM tensor parallel size; auto: the memory rule (memory.py)
     vllm_gpu_memory_utilization: float = 0.6
     colocate: bool = True  # --train.colocate_all + sleep mode (actor, ref, vLLM share GPUs)
-    zero_stage: int = 2
+    # ZeRO stage and Adam offload change no number in exact arithmetic: not in the run id. auto: the memory rule
+    zero_stage: int | str = _resource(2)
+    adam_offload: bool | str = _late_resource(False)  # --ds.adam_offload (optimizer states on the host)
+    gpu_memory_gb: float = _late_resource(80.0)  # GiB per GPU; the memory plan must fit it (memory.py)
     param_dtype: str = "bf16"
     attn_implementation: str = "flash_attention_2"
     gradient_checkpointing: bool = True
@@ -67,14 +75,26 @@ def parse_options(section: Mapping | None) -> OpenRLHFOptions:
     ints = ("nodes", "gpus_per_node", "vllm_tp", "zero_stage", "max_prompt_len")
     for name in ints:
         v = getattr(opts, name)
+        auto = name in ("vllm_tp", "zero_stage")  # auto: the memory rule (memory.py)
+        if auto and v == "auto":
+            continue
         if isinstance(v, bool) or not isinstance(v, int) or v < (0 if name == "zero_stage" else 1):
-            raise OpenRLHFConfigError(f"openrlhf.{name}: expected a positive integer, got {v!r}")
+            raise OpenRLHFConfigError(
+                f"openrlhf.{name}: expected a positive integer{' or auto' if auto else ''}, got {v!r}"
+            )
     for name in ("vllm_engines", "rollout_micro_batch_size"):
         v = getattr(opts, name)
         if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 1):
             raise OpenRLHFConfigError(f"openrlhf.{name}: expected a positive integer or null, got {v!r}")
-    if opts.zero_stage not in (0, 1, 2, 3):
-        raise OpenRLHFConfigError(f"openrlhf.zero_stage: {opts.zero_stage!r} is not allowed. Allowed: 0, 1, 2, 3")
+    if opts.zero_stage not in (0, 1, 2, 3, "auto"):
+        raise OpenRLHFConfigError(f"openrlhf.zero_stage: {opts.zero_stage!r} is not allowed. Allowed: 0, 1, 2, 3, auto")
+    if opts.adam_offload != "auto" and not isinstance(opts.adam_offload, bool):
+        raise OpenRLHFConfigError(
+            f"openrlhf.adam_offload: {opts.adam_offload!r} is not allowed. Allowed: true, false, auto"
+        )
+    gb = opts.gpu_memory_gb
+    if isinstance(gb, bool) or not isinstance(gb, (int, float)) or not 0 < gb < float("inf"):
+        raise OpenRLHFConfigError(f"openrlhf.gpu_memory_gb: expected a number > 0 (GiB per GPU), got {gb!r}")
     if opts.param_dtype not in ("bf16", "fp16"):
         raise OpenRLHFConfigError(f"openrlhf.param_dtype: {opts.param_dtype!r} is not allowed. Allowed: bf16, fp16")
     if opts.kl_estimator not in ("k1", "k2", "k3"):
