@@ -220,6 +220,7 @@ def cmd_eval(args) -> int:
         engine.close()
         if sandbox is not None:
             sandbox.close()
+    attach_to_run(Path(out) / "results.json", args.model)
     for name in [s.name for s in suites]:
         r = summary["suites"][name]
         m = r["metrics"]
@@ -231,6 +232,23 @@ def cmd_eval(args) -> int:
         )
     print(f"results: {Path(out) / 'results.json'}")
     return 0
+
+
+def attach_to_run(results_path: Path, model: str) -> None:
+    """A model directory exported from a run (``harness_run.json``) gives its results the run's identity (run id,
+    method, seed, step), so tables show them under that method and seed instead of an anonymous eval-only row."""
+    from harness.io import atomic_write_json
+    from harness.records import read_model_run
+
+    run = read_model_run(model) if Path(model).is_dir() else None
+    if run is None:
+        return
+    summary = json.loads(results_path.read_text())
+    if summary.get("run") not in (None, run):
+        raise ValueError(f"{results_path} holds results of run {summary['run'].get('run_id')}; use another --out")
+    summary["run"] = run
+    atomic_write_json(results_path, summary)
+    print(f"attached to run {run['run_id']} ({run['method']}, seed {run['seed']}, step {run['step']})")
 
 
 def _cmd_lm_eval(args) -> int:

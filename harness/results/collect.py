@@ -149,9 +149,15 @@ def _eval_only_result(run_dir: Path) -> dict | None:
     if not obj or not isinstance(obj.get("suites"), dict):
         return None
     model = str(obj.get("model") or run_dir.name).rstrip("/")
-    return {"status": "completed", "method": "eval-only", "model": Path(model).name if "/" in model and Path(
+    out = {"status": "completed", "method": "eval-only", "model": Path(model).name if "/" in model and Path(
         model).exists() else model, "eval": {"step": 0, "suites": obj["suites"]}, "backend": obj.get("engine"),
-            "provenance": obj.get("provenance")}
+           "provenance": obj.get("provenance")}
+    run = obj.get("run")
+    if isinstance(run, dict) and run.get("method"):  # an exported run's policy: its method, seed, model and step
+        out.update(method=run["method"], advantage=run.get("advantage"), seed=run.get("seed"),
+                   model=run.get("model") or out["model"], task=run.get("task"), attached_to=run.get("run_id"),
+                   eval={"step": run.get("step") or 0, "suites": obj["suites"]})
+    return out
 
 
 def run_provenance(result: dict | None) -> dict:

@@ -63,3 +63,23 @@ def test_unknown_suite_is_refused_at_load(tiny):
     with pytest.raises(Exception, match="math5000.*Did you mean 'math500'"):
         load_config({**tiny, "eval": {"suites": ["math5000"]}})
     assert yaml.safe_dump(load_config(tiny).to_dict())  # the default config still loads
+
+
+def test_a_posthoc_eval_of_an_exported_run_carries_its_method_seed_and_step(tiny, tmp_path, capsys):
+    """Issue 22 item 6: evaluating a run's export afterwards used to give an anonymous 'eval-only' row."""
+    from harness.cli import main
+    from harness.results.collect import collect
+
+    cfg = load_config({**tiny, "seed": 3, "eval": {**tiny["eval"], "every": 0}})
+    run(cfg, tmp_path / "r", quiet=True)
+    assert main(["export", str(tmp_path / "r"), "--out", str(tmp_path / "m")]) == 0
+    out = tmp_path / "posthoc"
+    args = ["eval", "--model", str(tmp_path / "m"), "--suites", cfg.task.name, "--limit", "4", "--out", str(out)]
+    assert main([*args, "--n", "1", "--temperature", "0", "--max-tokens", "6"]) == 0
+    assert "attached to run " + cfg.run_id() in capsys.readouterr().out
+    saved = json.loads((out / "results.json").read_text())["run"]
+    assert (saved["method"], saved["seed"], saved["step"]) == ("grpo", 3, cfg.train.steps)
+    col = collect([out])
+    row = col.runs.iloc[0]
+    assert (row["method"], row["seed"]) == ("grpo", 3)
+    assert set(col.evals["step"]) == {cfg.train.steps}
