@@ -1,9 +1,9 @@
 """Math answer grading: the boxed answer + math-verify, with a process pool and a hard per-item timeout.
 
-What differs from raw math-verify and from the official Entropy-Mechanism grader (verl ``prime_math`` rewrite)
-is listed with an example each in docs/grading.md. In short: math-verify alone (no PRM800K/Qwen fallbacks, whose
-``isclose(rel_tol=1e-4)`` accepts ``9999`` for ``10,000``); the answer is *only* boxed content (no box ->
-incorrect, never math-verify's unanchored "the answer is ..." extraction), by default the last brace-matched box
+What differs from raw math-verify and from the official Entropy-Mechanism grader (its ``prime_math`` rewrite)
+is listed with an example each in docs/grading.md. In short: math-verify alone (the official grader also tries
+Hendrycks and PRM800K string/sympy paths, which accept ``0,125`` for ``125``); the answer is *only* boxed content
+(no box -> incorrect, never math-verify's unanchored "the answer is ..." extraction), by default the last box
 (the official protocol; ``boxes="joined"`` joins the boxes of the final answer the way math-verify does); a gold
 with several boxes is all of them; our own number normalisation (thousands separators, the decimal-comma rule);
 ``\\mathrm{e}``/``\\mathrm{i}``/``\\mathrm{d}`` kept as symbols (math-verify drops them); exact rationals compared
