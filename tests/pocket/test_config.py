@@ -80,7 +80,7 @@ def test_openrlhf_section_is_validated_when_loaded_and_ignored_by_pocket(tiny):
     with pytest.raises(ConfigError, match=r"openrlhf.vllm: unknown key. Did you mean 'vllm_tp'"):
         load_config(dict(tiny, backend="openrlhf"), ["model.name=Qwen/Qwen2.5-7B"])
     hub = load_config(
-        dict(tiny, backend="openrlhf", openrlhf={"gpus_per_node": 1}),
+        dict(tiny, backend="openrlhf", openrlhf={"gpus_per_node": 1, "zero_stage": "auto", "adam_offload": "auto"}),
         ["model.name=Qwen/Qwen2.5-7B", "train.micro_batch_size=1"],
     )
     assert hub.model.name == "Qwen/Qwen2.5-7B" and hub.openrlhf.gpus_per_node == 1  # typed by the backend
