@@ -183,6 +183,8 @@ def test_the_committed_example_site_is_small_and_matches_the_committed_leaderboa
             td = tr.find("td", data_col="avg_samples")
             assert float(td.attrs["data-value"]) == pytest.approx(r.avg_samples_mean, abs=0), name
     assert (site / "quickstart_samples" / "samples.html").is_file()
+    for name in ("site.js", "site.css"):  # the committed copy of the scripts is the package's
+        assert (site / "assets" / name).read_text() == (ROOT / "harness" / "site" / "assets" / name).read_text(), name
 
 
 def test_out_folder_rules(runs_folder, tmp_path):
