@@ -1,5 +1,6 @@
 """Check 2, losses: every registered method's ``policy_loss`` forward + backward on the device equals the CPU
-result on the same inputs, and the covariance methods' time as a ratio to GRPO at 1M and 16M tokens.
+result on the same inputs (the entropy's gradient too: zero where a method uses the entropy only to select), and
+every method's time as a ratio to GRPO at 1M and 16M tokens.
 
 Inputs are made on the CPU (seeded), copied to the device. Random selections get a CPU generator seeded the same
 on both sides (what the pocket backend and the OpenRLHF plug-in pass), so Clip-Cov must pick the same tokens.
@@ -45,10 +46,16 @@ def run_loss(name: str, x: dict, device: str, generator) -> dict:
     out.loss.backward()
     return {
         "loss": out.loss.detach().cpu(),
-        "grad": lp.grad.detach().cpu(),
-        "grad_entropy": ent.grad.detach().cpu() if ent is not None else None,
+        "grad": _grad(lp),
+        "grad_entropy": _grad(ent) if ent is not None else None,
         "metrics": out.metrics,
     }
+
+
+def _grad(x: torch.Tensor) -> torch.Tensor:
+    """x's gradient on the CPU; zeros where the loss does not depend on x (high_entropy_tokens uses the entropy
+    only to select tokens: no gradient reaches it)."""
+    return (x.grad if x.grad is not None else torch.zeros_like(x)).detach().cpu()
 
 
 def agree(name: str, x: dict, device: str) -> dict:
