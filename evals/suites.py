@@ -28,7 +28,7 @@ from harness.registry import Registry
 from .math_grader import extract_last_boxed
 
 FIXTURE_DIR = Path(__file__).resolve().parent / "data" / "fixtures"
-SUITES: Registry[Suite] = Registry("suite")
+SUITES: Registry[Suite] = Registry("suite", entry_points="entropy_harness.suites")
 
 BOXED_INSTRUCTION = "Please reason step by step, and put your final answer within \\boxed{}."
 TEMPLATES = {

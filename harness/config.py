@@ -426,6 +426,8 @@ def _check_method_section(cfg: RunConfig, check_method: bool) -> None:
 
     try:
         cfg.method = get_method(name, **cfg.method_hparams).to_config()
+        if ":" in name:  # `package.module:Name`: keep the reference, so every process that reads config.yaml finds it
+            cfg.method["name"] = name
     except (KeyError, ValueError, TypeError) as e:
         msg = e.args[0] if isinstance(e, KeyError) and e.args else str(e)
         raise ConfigError(f"method: {msg}") from None

@@ -32,9 +32,11 @@ from harness import ops
 from harness.registry import Registry, suggestion
 from harness.validation import check_group_ids, check_mask, check_sample_tensor, check_token_tensor, valid_tokens
 
-METHODS: Registry[type[Method]] = Registry("method", autoload=["harness.baselines", "harness.methods"])
+METHODS: Registry[type[Method]] = Registry(
+    "method", autoload=["harness.baselines", "harness.methods"], entry_points="entropy_harness.methods"
+)
 ADVANTAGES: Registry[AdvantageEstimator] = Registry(
-    "advantage estimator", autoload=["harness.baselines", "harness.methods"]
+    "advantage estimator", autoload=["harness.baselines", "harness.methods"], entry_points="entropy_harness.advantages"
 )
 
 

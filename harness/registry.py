@@ -11,6 +11,12 @@ Built-in entries live in packages that are imported lazily on the first lookup (
     class Aime24: ...
 
     SUITES.get("aime42")  # UnknownNameError: unknown suite 'aime42'. Did you mean 'aime24'? Known: ...
+
+Outside this repository: a package declares entry points in the registry's group (``entropy_harness.methods``,
+``entropy_harness.advantages``, ``entropy_harness.tasks``, ``entropy_harness.suites``,
+``entropy_harness.backends``), each naming a module that registers on import (or an object, registered under the
+entry point's name); they load on the first lookup, like the built-ins. A name ``package.module:Name`` imports
+that module on lookup and returns what it registered as ``Name`` (no installation needed).
 """
 
 from __future__ import annotations
@@ -18,7 +24,10 @@ from __future__ import annotations
 import importlib
 import pkgutil
 import threading
+import types
+import warnings
 from collections.abc import Callable, Iterable
+from importlib import metadata
 from typing import Generic, TypeVar
 
 from harness.errors import did_you_mean, suggestion  # noqa: F401  (re-exported)
@@ -48,10 +57,11 @@ def import_submodules(package: str) -> None:
 class Registry(Generic[T]):
     """A name -> object map with did-you-mean errors, duplicate protection and lazy autoload."""
 
-    def __init__(self, what: str, autoload: Iterable[str] = ()):
+    def __init__(self, what: str, autoload: Iterable[str] = (), entry_points: str | None = None):
         self.what = what
         self._items: dict[str, T] = {}
         self._autoload = list(autoload)
+        self._group = entry_points  # entry-point group of installed packages that extend this registry
         self._loaded = False
         self._lock = threading.RLock()
 
@@ -86,13 +96,51 @@ class Registry(Generic[T]):
             self._loaded = True
             for package in self._autoload:
                 import_submodules(package)
+            if self._group:
+                self._load_entry_points()
+
+    def _load_entry_points(self) -> None:
+        for ep in metadata.entry_points(group=self._group):
+            try:
+                obj = ep.load()
+            except Exception as e:  # noqa: BLE001 - one broken plugin must not hide the built-ins
+                dist = getattr(ep.dist, "name", "?")
+                warnings.warn(
+                    f"{self.what} entry point {ep.name!r} = {ep.value!r} of package {dist!r} failed to load "
+                    f"({type(e).__name__}: {e}); its {self.what}s are not available",
+                    stacklevel=3,
+                )
+                continue
+            if not isinstance(obj, types.ModuleType) and ep.name not in self._items:
+                self.register(ep.name, obj)
 
     def get(self, name: str) -> T:
         self._load()
         try:
             return self._items[name]
         except KeyError:
+            if ":" in name:
+                return self._import_reference(name)
             raise UnknownNameError(did_you_mean(name, self._items, self.what)) from None
+
+    def _import_reference(self, ref: str) -> T:
+        """``package.module:Name``: import the module; ``Name`` must be something it registered here."""
+        module, _, attr = ref.partition(":")
+        try:
+            obj = getattr(importlib.import_module(module), attr)
+        except (ImportError, AttributeError) as e:
+            raise UnknownNameError(f"{self.what} {ref!r}: cannot import it ({type(e).__name__}: {e})") from None
+        if any(item is obj for item in self._items.values()):
+            return obj
+        raise UnknownNameError(
+            f"{self.what} {ref!r}: {module} was imported but {attr} is not a registered {self.what} "
+            f"(register it in its module, e.g. with the registry's decorator)"
+        )
+
+    def name_of(self, obj: T) -> str | None:
+        """The name ``obj`` is registered under (None when it is not)."""
+        self._load()
+        return next((n for n, item in self._items.items() if item is obj), None)
 
     def names(self) -> list[str]:
         self._load()

@@ -16,7 +16,7 @@ from harness.backends.base import HEAD, IDLE, WORKER, Backend  # noqa: F401  (re
 from harness.errors import ConfigError, suggestion
 from harness.registry import Registry, UnknownNameError
 
-BACKENDS: Registry[Backend] = Registry("backend", autoload=["harness.backends"])
+BACKENDS: Registry[Backend] = Registry("backend", autoload=["harness.backends"], entry_points="entropy_harness.backends")
 
 
 def register_backend(cls: type[Backend]) -> type[Backend]:
