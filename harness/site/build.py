@@ -24,7 +24,7 @@ from importlib import resources
 from pathlib import Path
 
 from . import pages
-from .sources import RunInfo, Sweep, load_sweeps
+from .sources import RunInfo, Sweep, load_sweeps, seed_text
 from .svg import json_for_html
 
 MARKER = ".harness-site"  # written into every site; only folders holding it are ever replaced
@@ -147,14 +147,13 @@ def _write_samples(d: Path, s: Sweep) -> list[dict]:
                 val = (ss.result.get("metrics") or {}).get(prim)
                 if isinstance(val, (int, float)):
                     metric = {"name": prim, "value": val}
-            i = run.ident
             index.append(
                 {
                     "key": key,
                     "file": f"samples/{key}.js",
                     "run": run.slug,
                     "suite": ss.suite,
-                    "label": f"{i.get('label')} · {i.get('model')} · seed {i.get('seed')} ({run.slug})",
+                    "label": _run_label(run),
                     "run_href": f"runs/{run.slug}.html",
                     "rows": len(ss.rows),
                     "total_rows": ss.total_rows,
@@ -166,6 +165,11 @@ def _write_samples(d: Path, s: Sweep) -> list[dict]:
                 }
             )
     return index
+
+
+def _run_label(run: RunInfo) -> str:
+    i, seed = run.ident, seed_text(run.ident.get("seed"))
+    return f"{i.get('label')} · {i.get('model')}" + (f" · seed {seed}" if seed else "") + f" ({run.slug})"
 
 
 def _copy_figure(src: Path, dest: Path) -> None:

@@ -15,7 +15,7 @@ from harness.results import stats
 from harness.results import table as tbl
 from harness.results.reference import PAPER_DISPLAY
 
-from .sources import RunInfo, Sweep, finite
+from .sources import RunInfo, Sweep, finite, seed_text
 from .svg import json_for_html, line_chart
 
 esc = html.escape
@@ -177,11 +177,11 @@ def leaderboard_html(s: Sweep, run_href) -> str:
     )
     return (
         filters
-        + '<table class="leaderboard sortable" id="leaderboard"><thead><tr>'
+        + '<div class="table-wrap"><table class="leaderboard sortable" id="leaderboard"><thead><tr>'
         + "".join(head)
         + "</tr></thead><tbody>"
         + "".join(body)
-        + "</tbody></table>"
+        + "</tbody></table></div>"
     )
 
 
@@ -189,8 +189,9 @@ def _seed_item(run: RunInfo, columns: list[str], run_href) -> str:
     vals = ", ".join(
         f"{esc(column_title(c))} {_num(v)}" for c, v in zip(run.final["column"], run.final["value"]) if c in columns
     )
+    seed = esc(seed_text(run.ident.get("seed")) or "—")
     return (
-        f'<li>seed {esc(str(run.ident.get("seed")))}: <a href="{esc(run_href(run))}#eval">{esc(run.slug)}</a>'
+        f'<li>seed {seed}: <a href="{esc(run_href(run))}#eval">{esc(run.slug)}</a>'
         f"{' (' + vals + ')' if vals else ''}</li>"
     )
 
@@ -282,11 +283,12 @@ def runs_table(s: Sweep, run_href, samples_href) -> str:
         status = esc(str(r.ident.get("status")))
         if r.ident.get("detail"):
             status += f' <span class="detail">({esc(str(r.ident["detail"]))})</span>'
+        seed = esc(seed_text(r.ident.get("seed")))
         sample_links = ", ".join(f'<a href="{esc(samples_href(r, ss.suite))}">{esc(ss.suite)}</a>' for ss in r.samples)
         rows.append(
             f'<tr data-run="{esc(r.slug)}"><td><a href="{esc(run_href(r))}">{esc(r.slug)}</a></td>'
             f"<td>{esc(str(r.ident.get('model')))}</td><td>{esc(str(r.ident.get('label')))}</td>"
-            f"<td class=num data-value='{esc(str(r.ident.get('seed')))}'>{esc(str(r.ident.get('seed')))}</td>"
+            f"<td class=num data-value='{seed}'>{seed}</td>"
             f"<td class='status status-{esc(str(r.ident.get('status')))}'>{status}</td>"
             + "".join(
                 f"<td class=num data-value='{finite(vals.get(c)) if finite(vals.get(c)) is not None else ''}'>"
@@ -295,7 +297,10 @@ def runs_table(s: Sweep, run_href, samples_href) -> str:
             )
             + f"<td class=num data-value='{len(r.samples)}'>{sample_links or '0'}</td></tr>"
         )
-    return f'<table class="sortable" id="runs"><thead>{head}</thead><tbody>{"".join(rows)}</tbody></table>'
+    return (
+        f'<div class="table-wrap"><table class="sortable" id="runs"><thead>{head}</thead>'
+        f"<tbody>{''.join(rows)}</tbody></table></div>"
+    )
 
 
 def sweep_body(
@@ -403,7 +408,7 @@ def run_body(s: Sweep, run: RunInfo, sweep_href: str, samples_href) -> str:
         ("model", i.get("model")),
         ("model parameters", i.get("model_params")),
         ("task", i.get("task")),
-        ("seed", i.get("seed")),
+        ("seed", seed_text(i.get("seed")) or None),
         ("setting", i.get("setting") or "(default)"),
         ("steps", i.get("steps")),
         ("wall time (s)", i.get("wall_time_s")),

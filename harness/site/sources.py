@@ -430,6 +430,14 @@ def _read_json(path: Path):
     return obj if isinstance(obj, dict) else None
 
 
+def seed_text(v) -> str:
+    """``3`` for 3 or 3.0; "" for a run without a seed (an eval-only folder)."""
+    f = finite(v)
+    if f is None:
+        return "" if v is None or isinstance(v, float) else str(v)
+    return str(int(f)) if f.is_integer() else str(v)
+
+
 def finite(v) -> float | None:
     try:
         f = float(v)

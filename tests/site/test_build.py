@@ -257,3 +257,67 @@ def test_nice_ticks_by_hand():
     assert nice_ticks(0, 1) == [0, 0.2, 0.4, 0.6, 0.8, 1.0]
     assert nice_ticks(3, 47) == [10, 20, 30, 40]
     assert nice_ticks(-0.013, 0.004) == [-0.01, -0.005, 0]  # step 0.005 (0.017 / 5 = 0.0034); 0.005 > hi
+
+
+def test_two_protocols_of_one_suite_give_no_leaderboard_but_run_pages_unless_allowed(tmp_path, runs_folder, read_page):
+    p = runs_folder / "pocket-1m__grpo__s0" / "result.json"
+    res = json.loads(p.read_text())
+    res["eval"]["suites"]["countdown"]["n_samples"] = 4  # another protocol for this run's countdown
+    p.write_text(json.dumps(res))
+    site = build_site([runs_folder], tmp_path / "site")
+    page = read_page(site / "sweep_runs" / "index.html")
+    assert not page.find_all("table", id="leaderboard")
+    assert "No leaderboard: suite 'countdown' was evaluated under 2 different protocols" in page.text
+    assert (site / "sweep_runs" / "runs" / "pocket-1m__grpo__s0.html").is_file()
+    site = build_site([runs_folder], tmp_path / "site", allow_mixed_protocols=True)
+    head = read_page(site / "sweep_runs" / "index.html").find("table", id="leaderboard").find("thead").text
+    assert "countdown [avg@2 | problems=125,n=2," in head and "countdown [avg@2 | problems=125,n=4," in head
+
+
+def test_an_eval_folder_is_a_run_and_a_math_rows_prompt_comes_from_its_generations(tmp_path, read_page):
+    out = tmp_path / "evals" / "base"
+    out.mkdir(parents=True)
+    result = {
+        "suite": "math500",
+        "n_problems": 2,
+        "n_samples": 1,
+        "temperature": 0.0,
+        "top_p": 1.0,
+        "max_tokens": 64,
+        "metrics": {"avg@1": 0.5},
+        "primary": "avg@1",
+    }
+    (out / "results.json").write_text(json.dumps({"suites": {"math500": result}, "model": "base-model"}))
+    rows = [
+        {
+            "id": "p1",
+            "answer": "2",
+            "sample": 0,
+            "response": "\\boxed{2}",
+            "correct": True,
+            "pred": "2",
+            "reason": "correct",
+        },
+        {
+            "id": "p2",
+            "answer": "5",
+            "sample": 0,
+            "response": "no idea",
+            "correct": False,
+            "pred": None,
+            "reason": "no_box",
+        },
+    ]
+    (out / "math500.graded.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    gens = [{"id": "p1", "sample": 0, "prompt": "What is 1+1?", "response": "\\boxed{2}"}]
+    (out / "math500.generations.jsonl").write_text("".join(json.dumps(g) + "\n" for g in gens))
+    site = build_site([tmp_path / "evals"], tmp_path / "site")
+    page = read_page(site / "evals" / "index.html")
+    (row,) = page.find_all("tr", cls="lb-row")
+    assert row.attrs["data-method"] == "eval-only" and _cell(row, "math500").text == "50.0 (n=1)"
+    js = (site / "evals" / "samples" / "base__math500.js").read_text()
+    data = json.loads(js.split("] = ", 1)[1].rstrip().rstrip(";"))
+    assert data["problems"] == {"p1": {"prompt": "What is 1+1?", "gold": "2"}, "p2": {"prompt": None, "gold": "5"}}
+    assert data["rows"][1] == ["p2", 0, "no idea", False, None, "no_box"]
+    index = json.loads(read_page(site / "evals" / "samples.html").find("script", id="sample-index").text)
+    assert index[0]["label"] == "eval-only · base-model (base)"  # no seed shown for an eval folder
