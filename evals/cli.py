@@ -77,6 +77,13 @@ def register(sub) -> None:
     g.add_argument("--output", required=True)
     g.add_argument("--kind", choices=["auto", "math", "code"], default="auto")
     g.add_argument("--workers", type=int)
+    g.add_argument(
+        "--boxes",
+        choices=["last", "joined"],
+        default="last",
+        help="math responses: the last \\boxed{} decides (official, default) or every box of the final answer joined "
+        "(math-verify's rule; docs/grading.md)",
+    )
     g.add_argument("--timeout", type=float, default=10.0, help="math: seconds per item; code: wall seconds")
     g.add_argument("--sandbox-python")
     g.set_defaults(func=cmd_grade)
@@ -358,6 +365,7 @@ def cmd_grade(args) -> int:
                 sandbox=sandbox,
                 math_timeout_s=args.timeout,
                 progress=True,
+                boxes=args.boxes,
             )
         finally:
             if sandbox is not None:

@@ -37,8 +37,10 @@ def grade_items(
     sandbox=None,
     math_timeout_s: float = 10.0,
     progress: bool = False,
+    boxes: str = "last",
 ) -> list[dict]:
-    """Verdicts for items of one kind (math: {response, answer}; code: see code_grader; pocket)."""
+    """Verdicts for items of one kind (math: {response, answer}; code: see code_grader; pocket). ``boxes``: the
+    math response rule (``last``: the official last box; ``joined``: every box of the final answer, math-verify's)."""
     if not items:
         return []
     if kind == "math":
@@ -49,6 +51,7 @@ def grade_items(
             workers=workers,
             timeout_s=math_timeout_s,
             progress=progress,
+            boxes=boxes,
         )
     if kind == "code":
         from .code_grader import grade_code_many

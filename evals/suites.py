@@ -25,7 +25,7 @@ from pathlib import Path
 
 from harness.registry import Registry
 
-from .math_grader import extract_last_boxed
+from .math_grader import extract_last_boxed, gold_answer
 
 FIXTURE_DIR = Path(__file__).resolve().parent / "data" / "fixtures"
 SUITES: Registry[Suite] = Registry("suite", entry_points="entropy_harness.suites")
@@ -223,9 +223,10 @@ def math_row(problem_fields=("problem", "question"), answer_fields=("answer",), 
         ans = _get(row, *answer_fields, default=None)
         if ans is None:  # Minerva/MATH style: the answer is boxed in the solution
             sol = _get(row, "solution")
-            ans = extract_last_boxed(sol if isinstance(sol, str) else sol[-1])
-            if ans is None:
+            sol = sol if isinstance(sol, str) else sol[-1]
+            if extract_last_boxed(sol) is None:
                 raise ValueError("no answer field and no \\boxed{} in the solution")
+            ans = gold_answer(sol)  # every box of a curated solution: a multi-part answer keeps all its parts
         if isinstance(ans, list):  # OlympiadBench: list of "$...$"
             ans = ", ".join(str(a).strip().strip("$").strip() for a in ans)
         if isinstance(ans, float) and ans.is_integer():

@@ -164,3 +164,16 @@ def test_harness_eval_reports_the_box_rule_disagreements(tiny_model, tmp_path, c
     graded = [json.loads(line) for line in (out / "math500.graded.jsonl").read_text().splitlines()]
     assert [(r["correct"], r["correct_joined"]) for r in graded] == [(la, jo) for _, _, la, jo in EVAL_ROWS]
     assert "math500: last box vs joined boxes: 2 of 5 verdicts differ" in capsys.readouterr().out
+
+
+def test_harness_grade_takes_the_box_rule(tmp_path):
+    """``harness grade --boxes joined`` re-grades saved generations under math-verify's joined-boxes rule."""
+    row = {"id": "q1", "response": "The roots are \\boxed{1} and \\boxed{-2}.", "answer": "1, -2"}
+    src = tmp_path / "g.jsonl"
+    src.write_text(json.dumps(row) + "\n")
+    verdicts = {}
+    for rule in ("last", "joined"):
+        out = tmp_path / f"{rule}.jsonl"
+        assert main(["grade", "--input", str(src), "--output", str(out), "--workers", "1", "--boxes", rule]) == 0
+        verdicts[rule] = json.loads(out.read_text().splitlines()[0])["correct"]
+    assert verdicts == {"last": False, "joined": True}

@@ -67,6 +67,15 @@ def test_field_conversions():
     )
 
 
+def test_a_solution_with_several_boxes_keeps_every_box_as_the_gold(tmp_path):
+    """Minerva/MATH style golds come from the solution: a two-part answer boxed twice is both parts (it kept the
+    last box only, so a complete answer '3, 7' was graded wrong)."""
+    rows = [{"problem": "Find a and b.", "solution": "So $a=\\boxed{3}$ and $b=\\boxed{7}$."}]
+    (tmp_path / "minerva.jsonl").write_text(json.dumps(rows[0]) + "\n")
+    (got,) = get_suite("minerva").load(data_dir=tmp_path)
+    assert got["answer"] == "3, 7"
+
+
 def test_local_files_override_the_hub(tmp_path):
     rows = [{"id": "a", "problem": "1+1", "answer": "2"}, {"id": "b", "problem": "2+2", "answer": "4"}]
     (tmp_path / "aime25.jsonl").write_text("\n".join(json.dumps(r) for r in rows) + "\n")
