@@ -89,5 +89,7 @@ def test_the_wheel_holds_one_top_level_package_with_the_mapped_folders_and_their
         "harness/evals/data/fixtures/aime24.jsonl",
         "harness/evals/lm_eval_tasks/utils.py",  # the tasks' !function hooks
         "harness/evals/lm_eval_tasks/harness_math500.yaml",
+        "harness/data/samples/dapo-math-17k.parquet",  # harness data prepare --source sample, the rehearsal
+        "harness/site/assets/site.js",
     ):
         assert path in names, path
