@@ -13,14 +13,19 @@ import numpy as np
 import torch
 
 EPS_MEAN = 1e-8  # verl masked_mean / token-mean denominator
-# aggregation mode -> what one micro-batch's share of the mini-batch aggregate is weighted by (``micro_batch_weight``)
+# aggregation mode -> what its normaliser counts (``micro_batch_weight`` weights a micro-batch by its share of it)
 AGG_SPLIT = {
     "token-mean": "tokens",
     "seq-mean-token-sum": "rows",
     "seq-mean-token-mean": "rows",
-    "seq-mean-token-sum-norm": "none",
+    "seq-mean-token-sum-norm": "width",
+    "seq-mean-token-sum-norm-verl": "rows x width",
 }
 AGG_MODES = tuple(AGG_SPLIT)
+# rows with no valid token in the seq-mean modes: left out of the row count (skip) or counted with loss 0 (count);
+# auto = each mode as its reference code does (see ``row_policy``)
+EMPTY_ROWS = ("auto", "skip", "count")
+_AUTO_ROWS = {"seq-mean-token-sum": "count", "seq-mean-token-mean": "skip", "seq-mean-token-sum-norm-verl": "skip"}
 # modes a data-parallel backend can rebuild from global normalisers (OpenRLHF's aggregate_loss: ``token_level_loss``
 # divides by the global token count, else per-row means over the global row count; ``global_normaliser_scale``)
 GLOBAL_NORMALISED_MODES = ("token-mean", "seq-mean-token-mean")
@@ -124,51 +129,88 @@ def covariance_groups(cov_valid: torch.Tensor) -> dict[str, float]:
 
 
 # -- aggregation -----------------------------------------------------------------------------------
-def agg_loss(loss_mat: torch.Tensor, mask: torch.Tensor, mode: str = "token-mean") -> torch.Tensor:
+def row_policy(mode: str, empty_rows: str = "auto") -> str:
+    """``skip`` or ``count``: how ``mode`` treats rows without a valid token. ``auto`` keeps each mode's reference:
+    seq-mean-token-sum counts them (the entropy-mechanism fork's mean of row sums), seq-mean-token-mean and
+    seq-mean-token-sum-norm-verl leave them out (the fork divides 0/0 there; verl's seq-mean modes exclude fully
+    masked rows). ``count`` is TRL's mean over all rows."""
+    if empty_rows not in EMPTY_ROWS:
+        raise ValueError(f"unknown empty_rows {empty_rows!r}; allowed: {', '.join(EMPTY_ROWS)}")
+    return _AUTO_ROWS.get(mode, "skip") if empty_rows == "auto" else empty_rows
+
+
+def row_count(mask: torch.Tensor, mode: str, empty_rows: str = "auto") -> int:
+    """Rows the seq-mean normaliser of ``mode`` counts: all B, or those with at least one valid token."""
+    if row_policy(mode, empty_rows) == "count":
+        return int(mask.shape[0])
+    return int(torch.count_nonzero(mask.sum(-1) > 0)) if mask.numel() else 0
+
+
+def agg_loss(
+    loss_mat: torch.Tensor, mask: torch.Tensor, mode: str = "token-mean", empty_rows: str = "auto"
+) -> torch.Tensor:
     """Aggregate a (B, T) per-token loss, official modes.
 
-    token-mean: sum(l*m) / (sum(m) + 1e-8). seq-mean-token-sum: mean over all B rows of per-row sums.
-    seq-mean-token-mean: mean over rows of per-row token means; rows with no valid token are left out
-    (the official code divides 0/0 there, verl HEAD excludes them). seq-mean-token-sum-norm: sum(l*m) / T
-    (Dr. GRPO's constant normaliser, T = mask width).
+    token-mean: sum(l*m) / (sum(m) + 1e-8). seq-mean-token-sum: mean over rows of per-row sums.
+    seq-mean-token-mean: mean over rows of per-row token means. seq-mean-token-sum-norm (the entropy-mechanism
+    fork, Dr. GRPO): sum(l*m) / T, T = mask width, no row mean. seq-mean-token-sum-norm-verl (verl 0.9.1's mode of
+    that name): sum(l*m) / (rows * T). ``empty_rows`` (``row_policy``) says which rows the seq-mean modes count.
+    With no row counted the result is sum(l*m) (0, differentiable).
     """
     m = mask.to(loss_mat.dtype)
     if mode == "token-mean":
         return (loss_mat * m).sum() / (m.sum() + EPS_MEAN)
+    if mode == "seq-mean-token-sum-norm":
+        return (loss_mat * m).sum() / max(m.shape[-1], 1)
+    if mode not in AGG_SPLIT:
+        raise ValueError(f"unknown aggregation mode {mode!r}; allowed: {', '.join(AGG_MODES)}")
+    policy = row_policy(mode, empty_rows)
     if mode == "seq-mean-token-sum":
-        return (loss_mat * m).sum(-1).mean() if m.shape[0] else (loss_mat * m).sum()
+        if policy == "count":
+            return (loss_mat * m).sum(-1).mean() if m.shape[0] else (loss_mat * m).sum()
+        rows = row_count(m, mode, "skip")
+        return (loss_mat * m).sum() / rows if rows else (loss_mat * m).sum()
     if mode == "seq-mean-token-mean":
         lengths = m.sum(-1)
+        if policy == "count":
+            per_row = (loss_mat * m).sum(-1) / lengths.clamp_min(1.0)
+            return per_row.mean() if m.shape[0] else (loss_mat * m).sum()
         rows = lengths > 0
         per_row = (loss_mat * m).sum(-1)[rows] / lengths[rows]
         return per_row.mean() if per_row.numel() else (loss_mat * m).sum()
-    if mode == "seq-mean-token-sum-norm":
-        return (loss_mat * m).sum() / max(m.shape[-1], 1)
-    raise ValueError(f"unknown aggregation mode {mode!r}; allowed: {', '.join(AGG_MODES)}")
+    rows = row_count(m, mode, policy)  # seq-mean-token-sum-norm-verl
+    return (loss_mat * m).sum() / (rows * m.shape[-1]) if rows and m.shape[-1] else (loss_mat * m).sum()
 
 
-def micro_batch_weight(mode: str, micro_mask: torch.Tensor, mini_mask: torch.Tensor) -> float:
+def micro_batch_weight(mode: str, micro_mask: torch.Tensor, mini_mask: torch.Tensor, empty_rows: str = "auto") -> float:
     """Scale of a micro-batch's own ``agg_loss`` so that the sum over micro-batches is the mini-batch aggregate.
 
-    token-mean: its share of the mini-batch's valid tokens (exact; verl weights by sequence count instead);
-    seq-mean-*: its share of rows; seq-mean-token-sum-norm: 1 (a sum over tokens / the fixed width, additive).
+    Exact for every mode, empty rows included: the micro-batch's share of what the mode's normaliser counts.
+    token-mean: valid tokens (verl weights by sequence count instead); seq-mean-token-sum / -mean: counted rows
+    (``row_count``); seq-mean-token-sum-norm: its width over the mini-batch's (1 for row slices);
+    seq-mean-token-sum-norm-verl: counted rows x width.
     """
     split = AGG_SPLIT.get(mode)
+    if split is None:
+        raise ValueError(f"unknown aggregation mode {mode!r}; allowed: {', '.join(AGG_MODES)}")
     if split == "tokens":
         return float(micro_mask.sum()) / max(float(mini_mask.sum()), 1.0)
-    if split == "rows":
-        return micro_mask.shape[0] / mini_mask.shape[0]
-    if split == "none":
-        return 1.0
-    raise ValueError(f"unknown aggregation mode {mode!r}; allowed: {', '.join(AGG_MODES)}")
+    if split == "width":
+        return micro_mask.shape[-1] / max(mini_mask.shape[-1], 1)
+    micro = row_count(micro_mask, mode, empty_rows)
+    mini = row_count(mini_mask, mode, empty_rows)
+    if split == "rows x width":
+        micro, mini = micro * micro_mask.shape[-1], mini * mini_mask.shape[-1]
+    return micro / mini if mini else 0.0
 
 
 def global_normaliser_scale(
-    mode: str, mask: torch.Tensor, dp_size=1, batch_num_tokens=None, global_batch_size=None
+    mode: str, mask: torch.Tensor, dp_size=1, batch_num_tokens=None, global_batch_size=None, empty_rows: str = "auto"
 ) -> torch.Tensor:
     """Factor turning the local ``agg_loss`` of one micro-batch on one rank into its share of the aggregate with
     global normalisers (OpenRLHF's ``aggregate_loss``): local_sum / global_count * dp_size, where the count is
-    tokens (token-mean) or non-empty rows (seq-mean-token-mean). Without the global count: 1."""
+    tokens (token-mean) or the rows ``row_count`` counts (seq-mean-token-mean; default: non-empty rows). Without the
+    global count: 1."""
     if mode not in GLOBAL_NORMALISED_MODES:
         raise ValueError(
             f"aggregation mode {mode!r} has no global-normaliser form; allowed: {', '.join(GLOBAL_NORMALISED_MODES)}"
@@ -178,7 +220,10 @@ def global_normaliser_scale(
         if batch_num_tokens is None:
             return torch.ones((), device=m.device)
         return (m.sum() + EPS_MEAN) / torch.as_tensor(batch_num_tokens, device=m.device, dtype=torch.float32) * dp_size
-    rows = (m.sum(-1) > 0).float().sum()
+    if row_policy(mode, empty_rows) == "count":
+        rows = torch.tensor(float(m.shape[0]), device=m.device)
+    else:
+        rows = (m.sum(-1) > 0).float().sum()
     if global_batch_size is None:
         return torch.ones((), device=m.device)
     return rows / torch.as_tensor(global_batch_size, device=m.device, dtype=torch.float32) * dp_size
