@@ -10,24 +10,8 @@ New methods: subclass ``harness.Method`` in one file under methods/ and decorate
 ``@harness.register_method("name")``.
 """
 
+import importlib as _importlib
 from pathlib import Path as _Path
-
-from harness.method import (
-    ADVANTAGES,
-    METHODS,
-    HyperparameterError,
-    LossOutput,
-    Method,
-    TokenLoss,
-    get_method,
-    hparam,
-    list_advantages,
-    list_methods,
-    ppo_clip_token_loss,
-    register_advantage,
-    register_method,
-)
-from harness.ops import entropy_from_logits
 
 # One import root: the repository keeps methods/, baselines/ and evals/ at its top (where users look for them), but
 # they are imported as harness.methods, harness.baselines and harness.evals, so installing this project adds no
@@ -36,6 +20,36 @@ from harness.ops import entropy_from_logits
 _REPO = _Path(__file__).resolve().parent.parent
 if (_REPO / "methods" / "__init__.py").is_file() and not (_Path(__file__).parent / "methods").exists():
     __path__.append(str(_REPO))  # noqa: F821 (the package's own __path__)
+
+# The method API loads on first use (PEP 562): `harness --help` and the pure-Python commands start without torch.
+_LAZY = {
+    name: "harness.method"
+    for name in (
+        "ADVANTAGES",
+        "METHODS",
+        "HyperparameterError",
+        "LossOutput",
+        "Method",
+        "MethodBase",
+        "TokenLoss",
+        "get_method",
+        "hparam",
+        "list_advantages",
+        "list_methods",
+        "ppo_clip_token_loss",
+        "register_advantage",
+        "register_method",
+    )
+} | {"entropy_from_logits": "harness.ops"}
+
+
+def __getattr__(name: str):
+    if name in _LAZY:
+        value = getattr(_importlib.import_module(_LAZY[name]), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module 'harness' has no attribute {name!r}")
+
 
 __all__ = [
     "ADVANTAGES",

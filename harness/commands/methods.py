@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 import inspect
 
-from harness.method import ADVANTAGES, METHODS
+import harness  # the method registries load on first use (harness.METHODS): --help stays torch-free
 
 
 def register(sub) -> None:
@@ -15,7 +15,7 @@ def register(sub) -> None:
 
 
 def describe(name: str) -> str:
-    cls = METHODS.get(name)
+    cls = harness.METHODS.get(name)
     doc = inspect.getdoc(inspect.getmodule(cls)) or inspect.getdoc(cls) or ""
     lines = [f"{name}: {inspect.getdoc(cls).splitlines()[0] if cls.__doc__ else ''}", ""]
     for f in dataclasses.fields(cls):
@@ -29,8 +29,8 @@ def run(args) -> int:
     if args.name:
         print(describe(args.name))
         return 0
-    for name in METHODS.names():
-        cls = METHODS.get(name)
+    for name in harness.METHODS.names():
+        cls = harness.METHODS.get(name)
         print(f"{name:<14} {(inspect.getdoc(cls) or '').splitlines()[0]}")
-    print(f"\nadvantage estimators: {', '.join(ADVANTAGES.names())}  (method option advantage=...)")
+    print(f"\nadvantage estimators: {', '.join(harness.ADVANTAGES.names())}  (method option advantage=...)")
     return 0

@@ -8,39 +8,57 @@ import sys
 import warnings
 from pathlib import Path
 
-from .table import FORMATS
+FORMATS = ("csv", "html", "md", "tex")  # = harness.results.table.FORMATS (tests/results pins it); no pandas at --help
 
 
 def register(sub) -> None:
-    t = sub.add_parser("table", help="leaderboard of runs (mean ± std over seeds), optionally beside the paper",
-                       description="Rows (model, method), columns = suites, in percent; two averages and Δ vs a "
-                                   "baseline. With no RUNS and --reference paper, prints the paper's Table 2.")
+    t = sub.add_parser(
+        "table",
+        help="leaderboard of runs (mean ± std over seeds), optionally beside the paper",
+        description="Rows (model, method), columns = suites, in percent; two averages and Δ vs a "
+        "baseline. With no RUNS and --reference paper, prints the paper's Table 2.",
+    )
     t.add_argument("runs", nargs="*", help="run directories or folders holding them")
     t.add_argument("--format", default="md", choices=sorted(FORMATS), help="output format (default md)")
     t.add_argument("--baseline", default=None, help="method the Δ columns compare with (default: grpo if present)")
     t.add_argument("--reference", choices=["paper"], default=None, help="add the paper's Table 2, marked reference")
-    t.add_argument("--allow-mixed-protocols", action="store_true",
-                   help="show a suite evaluated under several protocols as one column per protocol (flagged)")
-    t.add_argument("--allow-mixed-data", action="store_true",
-                   help="pool runs of one row even when their provenance shows different data (flagged)")
-    t.add_argument("--provenance", action="store_true",
-                   help="add a column: short git commit(s) (+dirty) and data hash of each row's runs")
+    t.add_argument(
+        "--allow-mixed-protocols",
+        action="store_true",
+        help="show a suite evaluated under several protocols as one column per protocol (flagged)",
+    )
+    t.add_argument(
+        "--allow-mixed-data",
+        action="store_true",
+        help="pool runs of one row even when their provenance shows different data (flagged)",
+    )
+    t.add_argument(
+        "--provenance",
+        action="store_true",
+        help="add a column: short git commit(s) (+dirty) and data hash of each row's runs",
+    )
     t.add_argument("--out", type=Path, default=None, help="write to this file instead of stdout")
     t.set_defaults(func=cmd_table)
 
     p = sub.add_parser("plot", help="standard figures (PNG and PDF) from runs")
     p.add_argument("runs", nargs="+", help="run directories or folders holding them")
     p.add_argument("--out", type=Path, required=True, help="folder for the figures")
-    p.add_argument("--score-key", default="auto",
-                   help="score for score-vs-step/entropy: auto (eval/<suite>/<metric> if logged, else reward/mean) "
-                        "or any metrics.jsonl key")
+    p.add_argument(
+        "--score-key",
+        default="auto",
+        help="score for score-vs-step/entropy: auto (eval/<suite>/<metric> if logged, else reward/mean) "
+        "or any metrics.jsonl key",
+    )
     p.add_argument("--only", action="append", default=None, help="make only this figure (repeatable)")
     p.add_argument("--formats", default="png,pdf", help="comma-separated image formats (default png,pdf)")
     p.add_argument("--include-incomplete", action="store_true", help="also plot runs without result.json")
     p.set_defaults(func=cmd_plot)
 
-    r = sub.add_parser("report", help="leaderboard.{md,csv}, standard figures and law fits for a sweep's runs",
-                       description="What `harness sweep --results-dir` writes after a sweep, from existing runs.")
+    r = sub.add_parser(
+        "report",
+        help="leaderboard.{md,csv}, standard figures and law fits for a sweep's runs",
+        description="What `harness sweep --results-dir` writes after a sweep, from existing runs.",
+    )
     r.add_argument("runs_dir", help="folder holding the run directories (e.g. runs/quickstart)")
     r.add_argument("--out", type=Path, required=True, help="output folder (e.g. results/quickstart)")
     r.add_argument("--score-key", default="auto", help="score for the law and score figures (default auto)")
@@ -48,39 +66,64 @@ def register(sub) -> None:
     r.add_argument("--reference", choices=["paper"], default=None, help="add the paper's Table 2 to the leaderboard")
     r.set_defaults(func=cmd_report)
 
-    mc = sub.add_parser("mechanism", help="the paper's entropy-mechanism analyses: mechanism.json + figures",
-                        description="Early consumption, the law per size (pooled and per algorithm), prediction "
-                                    "from the first third, ΔH vs covariance, and the rescue (paired 95%% CIs vs "
-                                    "the baseline). Definitions: harness/results/mechanism.py, docs/mechanism.md.")
+    mc = sub.add_parser(
+        "mechanism",
+        help="the paper's entropy-mechanism analyses: mechanism.json + figures",
+        description="Early consumption, the law per size (pooled and per algorithm), prediction "
+        "from the first third, ΔH vs covariance, and the rescue (paired 95%% CIs vs "
+        "the baseline). Definitions: harness/results/mechanism.py, docs/mechanism.md.",
+    )
     mc.add_argument("runs_dir", help="folder holding the run directories of one sweep (e.g. runs/mechanism)")
     mc.add_argument("--out", type=Path, required=True, help="output folder (e.g. results/mechanism)")
     mc.add_argument("--score-key", default="auto", help="held-out score key (default auto: eval/<suite>/<metric>)")
     mc.add_argument("--baseline", default="grpo", help="method the others are compared with (default grpo)")
     mc.add_argument("--formats", default="png", help="comma-separated image formats (default png)")
-    mc.add_argument("--law-family", default=None,
-                    help="comma-separated methods pooled for the law fits (default: those of grpo,rloo,prime present)")
-    mc.add_argument("--entropy-key", default="auto",
-                    help="metrics key used as the entropy H (default auto: entropy/generated when every run logs it, "
-                         "the entropy of all generated responses before dynamic filtering; else entropy)")
+    mc.add_argument(
+        "--law-family",
+        default=None,
+        help="comma-separated methods pooled for the law fits (default: those of grpo,rloo,prime present)",
+    )
+    mc.add_argument(
+        "--entropy-key",
+        default="auto",
+        help="metrics key used as the entropy H (default auto: entropy/generated when every run logs it, "
+        "the entropy of all generated responses before dynamic filtering; else entropy)",
+    )
     mc.set_defaults(func=cmd_mechanism)
 
-    f = sub.add_parser("fit", help="fit the entropy law R = -a·exp(H) + b",
-                       description="Fits a, b (R², ceiling -a+b) per run or model from RUNS, or from exported "
-                                   "CSV logs. --fit-fraction F fits on the first F of the points (step order) "
-                                   "and reports the prediction error on the rest (rmse_heldout).")
+    f = sub.add_parser(
+        "fit",
+        help="fit the entropy law R = -a·exp(H) + b",
+        description="Fits a, b (R², ceiling -a+b) per run or model from RUNS, or from exported "
+        "CSV logs. --fit-fraction F fits on the first F of the points (step order) "
+        "and reports the prediction error on the rest (rmse_heldout).",
+    )
     f.add_argument("runs", nargs="*", help="run directories or folders holding them")
-    f.add_argument("--csv", action="append", type=Path, default=None,
-                   help="exported log CSV (W&B, TensorBoard); repeat to merge files on their step column")
+    f.add_argument(
+        "--csv",
+        action="append",
+        type=Path,
+        default=None,
+        help="exported log CSV (W&B, TensorBoard); repeat to merge files on their step column",
+    )
     f.add_argument("--entropy-col", help="entropy column of the CSV")
     f.add_argument("--score-col", help="score column of the CSV")
     f.add_argument("--step-col", default=None, help="step column of the CSV (default: step/Step/_step/global_step)")
-    f.add_argument("--score-key", default="auto",
-                   help="runs: score key, auto (eval/<suite>/<metric> if logged, else reward/mean) or any key")
+    f.add_argument(
+        "--score-key",
+        default="auto",
+        help="runs: score key, auto (eval/<suite>/<metric> if logged, else reward/mean) or any key",
+    )
     f.add_argument("--entropy-key", default="entropy", help="runs: entropy key in metrics.jsonl")
     f.add_argument("--by", choices=["run", "model"], default="run", help="runs: one fit per run or per model")
     f.add_argument("--fit-fraction", type=float, default=None, help="fit on the first F (0<F<1) of the points")
-    f.add_argument("--predict-size", type=float, action="append", default=None,
-                   help="extrapolate a, b, ceiling to this many parameters (needs fits of ≥2 model sizes)")
+    f.add_argument(
+        "--predict-size",
+        type=float,
+        action="append",
+        default=None,
+        help="extrapolate a, b, ceiling to this many parameters (needs fits of ≥2 model sizes)",
+    )
     f.add_argument("--json", action="store_true", help="print one JSON object")
     f.set_defaults(func=cmd_fit)
 
@@ -106,9 +149,14 @@ def cmd_table(args) -> int:
 
         check_output_file(args.out, "--out")
     col = _collect(args.runs) if args.runs else None
-    lb = build_leaderboard(col, baseline=args.baseline, reference=args.reference,
-                           allow_mixed_protocols=args.allow_mixed_protocols, allow_mixed_data=args.allow_mixed_data,
-                           provenance=args.provenance)
+    lb = build_leaderboard(
+        col,
+        baseline=args.baseline,
+        reference=args.reference,
+        allow_mixed_protocols=args.allow_mixed_protocols,
+        allow_mixed_data=args.allow_mixed_data,
+        provenance=args.provenance,
+    )
     text = render(lb, args.format)
     if args.out:
         from .report import _write
@@ -151,8 +199,9 @@ def cmd_mechanism(args) -> int:
     family = None if args.law_family is None else tuple(x.strip() for x in args.law_family.split(",") if x.strip())
     if family is not None and not family:
         raise ValueError("--law-family: give at least one method, e.g. grpo,rloo,prime")
-    for p in write_mechanism(args.runs_dir, args.out, args.score_key, args.baseline, _formats(args.formats), family,
-                             args.entropy_key):
+    for p in write_mechanism(
+        args.runs_dir, args.out, args.score_key, args.baseline, _formats(args.formats), family, args.entropy_key
+    ):
         print(p)
     return 0
 
@@ -216,13 +265,18 @@ def cmd_fit(args) -> int:
         try:
             fits = fit_groups(pts, args.by, args.fit_fraction, skipped)
         except ValueError as e:
-            hint = (f" (the score is {key!r}, logged on eval steps only; --score-key reward/mean uses every step, "
-                    "--by model pools the runs of a model)") if key.startswith("eval/") else ""
+            hint = (
+                (
+                    f" (the score is {key!r}, logged on eval steps only; --score-key reward/mean uses every step, "
+                    "--by model pools the runs of a model)"
+                )
+                if key.startswith("eval/")
+                else ""
+            )
             raise ValueError(f"{e}{hint}") from None
         pooled_pts = pts.sort_values(["step", "run_dir"])
         pooled = fit_entropy_law(pooled_pts["entropy"], pooled_pts["score"], args.fit_fraction, label="all runs")
-        source = {"runs": [str(r) for r in args.runs], "score_key": key, "entropy_key": args.entropy_key,
-                  "by": args.by}
+        source = {"runs": [str(r) for r in args.runs], "score_key": key, "entropy_key": args.entropy_key, "by": args.by}
         by_model = fit_groups(pts, "model") if args.by == "run" else fits
         sized = [f for f in by_model if f.model_params]
         if len({f.model_params for f in sized}) >= 2:
@@ -253,8 +307,16 @@ def _print_fits(pooled, fits, out) -> None:
         head += ["held out", "rmse_heldout"]
     rows = []
     for f in (fits if len(fits) > 1 else []) + [pooled]:
-        r = [f.label or "", _fmt(f.a), _fmt(f.b), _fmt(f.ceiling), _fmt(f.r2), str(f.n_points),
-             _fmt(f.a_robust), _fmt(f.b_robust)]
+        r = [
+            f.label or "",
+            _fmt(f.a),
+            _fmt(f.b),
+            _fmt(f.ceiling),
+            _fmt(f.r2),
+            str(f.n_points),
+            _fmt(f.a_robust),
+            _fmt(f.b_robust),
+        ]
         if heldout:
             r += [str(f.n_heldout), _fmt(f.rmse_heldout)]
         rows.append(r)
@@ -267,8 +329,10 @@ def _print_fits(pooled, fits, out) -> None:
             print(f"warning: {f.label}: {f.warning}")
     if "size_trend" in out:
         t = out["size_trend"]
-        print(f"a = {t['a_slope']:.4g}·log10(N) + {t['a_intercept']:.4g} (R² {_fmt(t['a_r2'])}); "
-              f"b = {t['b_slope']:.4g}·log10(N) + {t['b_intercept']:.4g} (R² {_fmt(t['b_r2'])})"
-              + (" -- only 2 sizes: the line passes through both exactly" if t["n_sizes"] == 2 else ""))
+        print(
+            f"a = {t['a_slope']:.4g}·log10(N) + {t['a_intercept']:.4g} (R² {_fmt(t['a_r2'])}); "
+            f"b = {t['b_slope']:.4g}·log10(N) + {t['b_intercept']:.4g} (R² {_fmt(t['b_r2'])})"
+            + (" -- only 2 sizes: the line passes through both exactly" if t["n_sizes"] == 2 else "")
+        )
         for p in out.get("predictions", []):
             print(f"predicted at N={p['model_params']:.3g}: a={p['a']:.4g} b={p['b']:.4g} ceiling={p['ceiling']:.4g}")
