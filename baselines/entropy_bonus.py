@@ -5,7 +5,6 @@ the current policy (harness.ops.entropy_from_logits on temperature-scaled logits
 scripts run with coef = 0; 1e-3 here is verl's historical default and the middle of the paper's alpha sweep.
 """
 
-from harness import ops
 from harness.method import Method, hparam, register_method
 
 
@@ -22,4 +21,4 @@ class EntropyBonus(Method):
                 "entropy_bonus needs the per-token entropy: call policy_loss(..., entropy=H) with H (B,T) "
                 "from harness.entropy_from_logits(logits / temperature), differentiable"
             )
-        return loss - self.coef * ops.agg_loss(entropy, mask, self.agg)
+        return loss - self.coef * self.aggregate(entropy, mask)

@@ -2,17 +2,18 @@
 
 A_i = (s_i - mean_g) / (std_g + 1e-6) on every response token, std_g the unbiased (N-1) group std.
 A group of one response uses mean 0 and std 1 (verl). ``std_normalize=False`` gives Dr. GRPO's s_i - mean_g.
-Loss: PPO clip with eps_low = eps_high = 0.2, token-mean; no dual-clip, no KL (the official scripts' settings).
+Loss: PPO clip with eps_low = eps_high = 0.2, token-mean; no dual-clip, no log-ratio clamp, no KL (the official
+scripts' settings; ``clip_ratio_c: 3`` and ``log_ratio_clamp: 20`` give verl's and OpenRLHF's, docs/conventions.md).
 """
 
 import torch
 
-from harness.method import Method, register_advantage, register_method
+from harness.method import Method, option, register_advantage, register_method
 
 GRPO_EPS = 1e-6
 
 
-@register_advantage("grpo", options={"std_normalize": True})
+@register_advantage("grpo", options={"std_normalize": option(True, "divide by the group std (False: Dr. GRPO)")})
 def grpo_advantage(scores, group, n_groups, mask, options):
     """Group-normalised outcome advantage, broadcast over the response tokens."""
     from harness.ops import group_stats

@@ -21,14 +21,14 @@ import torch
 import torch.nn.functional as F
 
 from harness import ops
-from harness.method import AuxiliaryModel, Method, hparam, register_advantage, register_method
+from harness.method import AuxiliaryModel, Method, hparam, option, register_advantage, register_method
 
 PRIME_OPTIONS = {
-    "beta": 0.05,
-    "process_coef": 5.0,
-    "outcome_coef": 5.0,
-    "drop_last_process_reward": True,
-    "norm": "batch_norm",
+    "beta": option(0.05, "implicit-reward scale beta (PRM loss and rewards)", low=0.0, low_open=True),
+    "process_coef": option(5.0, "weight of the process rewards", low=0.0),
+    "outcome_coef": option(5.0, "weight of the outcome reward", low=0.0),
+    "drop_last_process_reward": option(True, "no process reward on the last token (verl's port)"),
+    "norm": option("batch_norm", "process-reward normalisation", choices=("batch_norm", "none")),
 }
 
 
@@ -81,8 +81,6 @@ def implicit_prm(options: dict) -> AuxiliaryModel:
 )
 def prime_advantage(scores, group, n_groups, mask, options, *, prm_log_probs, ref_log_probs):
     """Implicit process rewards + outcome, leave-one-out per source, 5:5 mix, returns, whitening."""
-    if options["norm"] not in ("batch_norm", "none"):
-        raise ValueError(f"prime option norm={options['norm']!r}; allowed: batch_norm, none")
     m = mask
     last = last_token_index(m)
     rows = torch.arange(m.shape[0])

@@ -1,5 +1,8 @@
 """Shared base of the covariance methods (Clip-Cov, KL-Cov): the token covariance over a selection scope.
 
+A contract-level base (no clip hyperparameters): Clip-Cov adds the PPO clip (``class ClipCov(CovarianceMethod,
+Method)``), KL-Cov has none.
+
 Cov(y_i) = (A_i - mean A)(log pi(y_i) - mean log pi) over the valid tokens of the population, with the
 current log-probs detached. The population is the tensors given (``scope="micro_batch"``, the official
 behaviour) or the whole mini-batch across ranks (``scope="global"``, see harness.selection).
@@ -12,12 +15,12 @@ from dataclasses import dataclass
 import torch
 
 from harness import ops
-from harness.method import Method, TokenLoss, hparam
+from harness.method import MethodBase, hparam
 from harness.selection import SCOPES, covariance_means, distributed_active
 
 
 @dataclass
-class CovarianceMethod(Method):
+class CovarianceMethod(MethodBase):
     scope: str = hparam(
         "micro_batch", "selection population: micro_batch (official) or global (mini-batch, all ranks)", choices=SCOPES
     )
@@ -40,8 +43,3 @@ class CovarianceMethod(Method):
         """The rule over a whole mini-batch (``scope="global"``: across ranks too), for the backends to slice."""
         with torch.no_grad():
             return self.selection_rule(log_probs.detach(), old_log_probs.detach(), advantages.detach(), mask, generator)
-
-    def per_token_loss(
-        self, log_probs, old_log_probs, advantages, mask, *, step=0, generator=None, selected=None, **_
-    ) -> TokenLoss:
-        raise NotImplementedError

@@ -95,3 +95,33 @@ def random_subset_mask(n_candidates: int, n_take: int, active: bool, generator=N
         return chosen
     keys = torch.rand(n_candidates, generator=generator).to(device)  # collectives need the selection device
     return top_k_mask(-keys, n_take, active)
+
+
+def all_gather_values(values: torch.Tensor, active: bool) -> torch.Tensor:
+    """The 1-D ``values`` of every rank concatenated in rank order (``values`` itself when not distributed)."""
+    if not active:
+        return values
+    size = torch.tensor([values.numel()], dtype=torch.long, device=values.device)
+    sizes = [torch.empty_like(size) for _ in range(dist.get_world_size())]
+    dist.all_gather(sizes, size)
+    longest = max(int(s) for s in sizes)
+    padded = torch.zeros(longest, dtype=values.dtype, device=values.device)
+    padded[: values.numel()] = values
+    gathered = [torch.empty_like(padded) for _ in sizes]
+    dist.all_gather(gathered, padded)
+    return torch.cat([g[: int(s)] for g, s in zip(gathered, sizes)])
+
+
+QUANTILE_MAX = 2**24  # torch.quantile refuses larger inputs
+
+
+def quantile(values: torch.Tensor, q: float) -> torch.Tensor:
+    """``torch.quantile(values, q)`` (linear interpolation, what TRL's 80/20 mask uses); above its size limit the
+    same rule from two order statistics: lerp(v_lo, v_hi, pos - lo) at pos = q (n - 1)."""
+    if values.numel() <= QUANTILE_MAX:
+        return torch.quantile(values, q)
+    pos = q * (values.numel() - 1)
+    lo = int(pos)
+    v_lo = torch.kthvalue(values, lo + 1).values
+    v_hi = torch.kthvalue(values, min(lo + 2, values.numel())).values
+    return torch.lerp(v_lo, v_hi, torch.tensor(pos - lo, dtype=values.dtype, device=values.device))

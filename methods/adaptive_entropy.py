@@ -24,7 +24,7 @@ from __future__ import annotations
 import math
 
 from harness import ops
-from harness.method import Method, TokenLoss, hparam, ppo_clip_token_loss, register_method
+from harness.method import Method, TokenLoss, hparam, register_method
 
 VARIANTS = {"skywork": ("rollout/neg_logprob", "<", True), "trl": ("entropy/rollout_token_mean", "<=", False)}
 
@@ -87,7 +87,7 @@ class AdaptiveEntropy(Method):
         return self.coef * self.enabled
 
     def per_token_loss(self, log_probs, old_log_probs, advantages, mask, **_):
-        loss, clipped = ppo_clip_token_loss(log_probs, old_log_probs, advantages, self.eps_low, self.eps_high)
+        loss, clipped, _ = self.clipped_surrogate(log_probs, old_log_probs, advantages)
         return TokenLoss(
             loss,
             clipped=clipped & mask.bool(),

@@ -8,17 +8,24 @@ then dual-clip for A < 0: min(-A c, loss) with c = clip_ratio_c. beta1 = beta2 =
 PPO drops the clipped tokens' gradient entirely. Defaults: the 7B script
 ``recipe/dapo/7B_perf_run_gppo_v1_beta1_075_beta2_1_ours_math.sh``: beta1 0.75 (1.5B script: 0.5; yaml
 default 0.25), beta2 1, eps 0.2/0.2, clip_ratio_c 10. clipfrac counts the two clipped regions (official).
-Differs from official: nothing known.
+
+``recipe="official"`` adds what the released scripts train with beyond the paper's loss: every script sets
+``positive_loss_coeff=0.1`` (``dp_actor.update_policy``): + 0.1 x the NLL -log pi of the correct responses,
+aggregated with the loss's ``agg`` over those responses only (token-mean: their token mean), per micro-batch, 0
+when there is none. ``recipe="paper"`` (default) is the paper's loss alone.
+Differs from official: the release marks a response correct by its reward (== the correct score); the loss here
+sees advantages only and takes the responses with A > 0. The two agree under the release's DAPO group filtering
+(every kept group has a correct and a wrong response, so with GRPO or RLOO A > 0 exactly on the correct ones);
+without filtering an all-correct group (A = 0) is left out of the NLL here.
 """
 
 import torch
 
-from harness.method import Method, TokenLoss, hparam, register_method
+from harness.method import Method, TokenLoss, dual_clip, hparam, register_method
 
-
-def dual_clip(loss: torch.Tensor, advantages: torch.Tensor, c: float) -> torch.Tensor:
-    """Dual-clip PPO (Ye et al. 2019): for A < 0 the per-token loss is capped at -A * c."""
-    return torch.where(advantages < 0, torch.minimum(loss, -advantages * c), loss)
+__all__ = ["CEGPPO", "dual_clip"]
+RECIPES = ("paper", "official")
+OFFICIAL_NLL_COEF = 0.1  # positive_loss_coeff of every released script
 
 
 @register_method("ce_gppo")
@@ -27,10 +34,19 @@ class CEGPPO(Method):
 
     beta1: float = hparam(0.75, "gradient scale on clipped tokens with r < 1 - eps_low, A < 0 (7B script)", low=0.0)
     beta2: float = hparam(1.0, "gradient scale on clipped tokens with r > 1 + eps_high, A > 0", low=0.0)
-    clip_ratio_c: float = hparam(10.0, "dual-clip constant c for A < 0 (official scripts: 10)", low=1.0, low_open=True)
+    clip_ratio_c: float = hparam(
+        10.0, "dual-clip constant c for A < 0 (official scripts: 10); 0 = none", low=1.0, low_open=True, off=0.0
+    )
+    recipe: str = hparam(
+        "paper",
+        "paper: the paper's loss; official: + 0.1 x NLL of the correct responses (the released scripts)",
+        choices=RECIPES,
+        late=True,
+    )
 
     def per_token_loss(self, log_probs, old_log_probs, advantages, mask, **_):
-        ratio = torch.exp(log_probs - old_log_probs)
+        log_ratio = log_probs - old_log_probs
+        ratio = torch.exp(self.clamp_log_ratio(log_ratio))
         unit = ratio / ratio.detach()  # value 1, gradient grad log pi
         low = (ratio < 1.0 - self.eps_low) & (advantages < 0)
         high = (ratio > 1.0 + self.eps_high) & (advantages > 0)
@@ -39,4 +55,17 @@ class CEGPPO(Method):
             -self.beta1 * (1.0 - self.eps_low) * unit * advantages,
             torch.where(high, -self.beta2 * (1.0 + self.eps_high) * unit * advantages, -ratio * advantages),
         )
-        return TokenLoss(dual_clip(loss, advantages, self.clip_ratio_c), clipped=(low | high) & mask.bool())
+        tok = TokenLoss(self.apply_dual_clip(loss, advantages), clipped=(low | high) & mask.bool(), log_ratio=log_ratio)
+        if self.recipe == "official":
+            nll = self.correct_nll(log_probs, advantages, mask)
+            tok.extra = OFFICIAL_NLL_COEF * nll
+            tok.metrics["ce_gppo/positive_nll"] = float(nll.detach())
+        return tok
+
+    def correct_nll(self, log_probs, advantages, mask) -> torch.Tensor:
+        """-log pi aggregated (``agg``) over the responses with A > 0 on a valid token; 0 when there is none."""
+        valid = mask.bool()
+        rows = ((advantages > 0) & valid).any(-1)
+        if not bool(rows.any()):
+            return (log_probs * 0.0).sum()
+        return self.aggregate(-log_probs[rows], mask[rows])

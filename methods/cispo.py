@@ -9,12 +9,14 @@ sg(r_hat) * A * grad log pi. Two conventions for the bounds (``convention``):
        absolute cap and there is no floor (eps_low is ignored). TRL's docs recommend eps_high 5.0; left unset
        it falls back to epsilon = 0.2, which caps every weight at 0.2 (a 5x smaller on-policy step).
 The loss value uses log pi (not a ratio), so it is not comparable to PPO's loss value; its gradient is.
+A clipping method with its own ``eps_*`` (bounds of the IS weight), not a PPO clip: no dual clip or
+``log_ratio_clamp`` option (the verl convention clamps at 20 always).
 Differs from official: nothing known (MiniMax released no training code; its eps_high is not public).
 """
 
 import torch
 
-from harness.method import Method, TokenLoss, hparam, register_method
+from harness.method import MethodBase, TokenLoss, hparam, register_method
 
 CONVENTIONS = ("verl", "trl")
 LOG_RATIO_CLAMP = 20.0
@@ -28,7 +30,7 @@ def cispo_bounds(convention: str, eps_low: float, eps_high: float) -> tuple[floa
 
 
 @register_method("cispo")
-class CISPO(Method):
+class CISPO(MethodBase):
     """GRPO advantages; -sg(clip(r)) * A * log pi (REINFORCE with a clipped IS weight), token-mean."""
 
     eps_low: float = hparam(10.0, "verl convention: weight >= 1 - eps_low (verl example: 10 = no floor)", low=0.0)

@@ -5,17 +5,18 @@ tokens already clipped by PPO and padding are excluded; candidates are the token
 1 and 5); max(floor(clip_ratio * N), 1) of them (N = valid tokens) are drawn uniformly (``torch.randperm`` with the
 given generator: bit-identical to the official draw for the same RNG state) and their loss is multiplied by 0.
 They stay in the token-mean denominator. ``scope="global"`` draws over the whole mini-batch (and all ranks).
+A PPO-clip method: ``clip_ratio_c`` and ``log_ratio_clamp`` are available, off as in the official code.
 """
 
 import torch
 
 from harness.covariance import CovarianceMethod
-from harness.method import TokenLoss, hparam, ppo_clip_token_loss, register_method
+from harness.method import Method, TokenLoss, hparam, register_method
 from harness.selection import random_subset_mask
 
 
 @register_method("clip_cov")
-class ClipCov(CovarianceMethod):
+class ClipCov(CovarianceMethod, Method):
     """GRPO advantages; PPO clip (1, 1); zero the loss of random tokens with lb < Cov < ub."""
 
     eps_low: float = hparam(1.0, "PPO clip: ratio >= 1 - eps_low (official Clip-Cov: 1)", low=0.0)
@@ -33,7 +34,7 @@ class ClipCov(CovarianceMethod):
         """Random max(1, floor(clip_ratio N)) of the unclipped tokens with lb < Cov < ub (``clipped``: the
         loss's own PPO clip mask, reused)."""
         if clipped is None:
-            _, clipped = ppo_clip_token_loss(log_probs, old_log_probs, advantages, self.eps_low, self.eps_high)
+            _, clipped, _ = self.clipped_surrogate(log_probs, old_log_probs, advantages)
         cov, n, active = self.covariance(log_probs, advantages, mask)
         candidates = mask.bool() & ~clipped & (cov > self.cov_lb) & (cov < self.cov_ub)
         flat = candidates.flatten().nonzero().flatten()
@@ -44,7 +45,7 @@ class ClipCov(CovarianceMethod):
         return selected.view(mask.shape)
 
     def per_token_loss(self, log_probs, old_log_probs, advantages, mask, *, generator=None, selected=None, **_):
-        loss, clipped = ppo_clip_token_loss(log_probs, old_log_probs, advantages, self.eps_low, self.eps_high)
+        loss, clipped, _ = self.clipped_surrogate(log_probs, old_log_probs, advantages)
         if selected is not None:  # the backend's mini-batch plan, sliced to these rows
             chosen = selected & mask.bool()
         else:

@@ -15,9 +15,14 @@ from __future__ import annotations
 
 import torch
 
-from harness.method import ADVANTAGES, Method, hparam, register_advantage, register_method
+from harness.method import ADVANTAGES, Method, hparam, option, register_advantage, register_method
 
-ENTROPY_ADVANTAGE_OPTIONS = {"alpha": 0.4, "kappa": 2.0, "base": "grpo", "std_normalize": True}
+ENTROPY_ADVANTAGE_OPTIONS = {
+    "alpha": option(0.4, "entropy weight alpha", low=0.0),
+    "kappa": option(2.0, "cap |A|/kappa on the bonus (> 1 keeps the sign of A)", low=1.0, low_open=True),
+    "base": option("grpo", "the estimator whose advantages are shaped (one without extra inputs)"),
+    "std_normalize": option(True, "base grpo: divide by the group std"),
+}
 
 
 def shaped(adv: torch.Tensor, entropy: torch.Tensor, alpha: float, kappa: float) -> torch.Tensor:
@@ -25,23 +30,26 @@ def shaped(adv: torch.Tensor, entropy: torch.Tensor, alpha: float, kappa: float)
     return adv + torch.minimum(alpha * entropy.detach().float(), adv.abs() / kappa)
 
 
-@register_advantage("entropy_advantage", options=ENTROPY_ADVANTAGE_OPTIONS, extras=("entropy",))
+def _base_estimators() -> list[str]:
+    return [n for n in ADVANTAGES.names() if not ADVANTAGES.get(n).extras]
+
+
+def check_options(options: dict) -> None:
+    """The base must be a registered estimator that needs no extra input (so not this one)."""
+    if options["base"] not in _base_estimators():
+        raise ValueError(f"base={options['base']!r} is not allowed; allowed: {', '.join(_base_estimators())}")
+
+
+@register_advantage("entropy_advantage", options=ENTROPY_ADVANTAGE_OPTIONS, extras=("entropy",), check=check_options)
 def entropy_advantage(scores, group, n_groups, mask, options, *, entropy):
     """A base estimator's advantages plus min(alpha H, |A|/kappa) per token (Cheng et al. 2025)."""
-    alpha, kappa, base = options["alpha"], options["kappa"], options["base"]
-    if not (isinstance(alpha, (int, float)) and alpha >= 0):
-        raise ValueError(f"entropy_advantage option alpha={alpha!r} must be a number >= 0")
-    if not (isinstance(kappa, (int, float)) and kappa > 1):
-        raise ValueError(f"entropy_advantage option kappa={kappa!r} must be a number > 1 (sign preservation)")
-    estimator = ADVANTAGES.get(base) if base in ADVANTAGES.names() else None
-    if estimator is None or estimator.extras or base == "entropy_advantage":
-        allowed = [n for n in ADVANTAGES.names() if not ADVANTAGES.get(n).extras]
-        raise ValueError(f"entropy_advantage option base={base!r} is not allowed; allowed: {', '.join(allowed)}")
+    check_options(options)
+    estimator = ADVANTAGES.get(options["base"])
     base_options = dict(estimator.options)
     if "std_normalize" in base_options:
         base_options["std_normalize"] = options["std_normalize"]
     adv = estimator.fn(scores, group, n_groups, mask, base_options)
-    return shaped(adv, entropy, float(alpha), float(kappa)) * mask
+    return shaped(adv, entropy, float(options["alpha"]), float(options["kappa"])) * mask
 
 
 @register_method("entropy_advantage")

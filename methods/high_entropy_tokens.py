@@ -11,18 +11,23 @@ token-mean over the *selected* tokens (``agg_loss(..., response_mask * entropy_t
 formula and TRL's ``top_entropy_quantile``): a 1/rho (5x) smaller loss and gradient. ``scope="micro_batch"``
 (official) selects within each micro-batch; ``"global"`` over the whole mini-batch (and all data-parallel ranks)
 through the backend's ``selection_plan``, so the tokens do not depend on the micro-batch size.
+``selection="quantile"`` is TRL's mask (``top_entropy_quantile``, ``get_high_entropy_mask``): every valid token
+with H >= the (1 - rho) quantile of the population's valid entropies (``torch.quantile``, linear interpolation), so
+ties at the threshold are all kept (5 equal entropies at rho 0.2: all 5, where top-k keeps 1) and the count is not
+fixed. TRL gathers the entropies of the micro-batch over every process, which is ``scope="micro_batch"`` on one
+process. TRL has no dual clip: ``clip_ratio_c: 0`` with ``normalize: all`` and ``selection: quantile`` is TRL's loss.
 Differs from official: ties at the k-th entropy are broken by position (``torch.topk``: arbitrary); with
-``scope="global"`` and ``normalize="selected"`` the denominator is the mini-batch's selected count. TRL selects by
-``torch.quantile`` (H >= the (1-rho) quantile, ties kept) rather than top-k; not offered.
+``scope="global"`` and ``normalize="selected"`` the denominator is the mini-batch's selected count.
 """
 
 from __future__ import annotations
 
 import torch
 
-from harness.method import Method, TokenLoss, hparam, ppo_clip_token_loss, register_method
-from harness.methods.ce_gppo import dual_clip
-from harness.selection import SCOPES, all_reduce_sum, distributed_active, top_k_mask
+from harness.method import Method, TokenLoss, hparam, register_method
+from harness.selection import SCOPES, all_gather_values, all_reduce_sum, distributed_active, quantile, top_k_mask
+
+SELECTIONS = ("topk", "quantile")
 
 
 def n_top(n_valid: int, rho: float) -> int:
@@ -45,7 +50,15 @@ class HighEntropyTokens(Method):
     scope: str = hparam(
         "micro_batch", "selection population: micro_batch (official) or global (mini-batch, ranks)", choices=SCOPES
     )
-    clip_ratio_c: float = hparam(10.0, "dual-clip constant for A < 0 (official script: 10)", low=1.0, low_open=True)
+    clip_ratio_c: float = hparam(
+        10.0, "dual-clip constant for A < 0 (official script: 10); 0 = none (TRL)", low=1.0, low_open=True, off=0.0
+    )
+    selection: str = hparam(
+        "topk",
+        "topk: the official k = ceil(rho n) tokens; quantile: H >= the (1 - rho) quantile, ties kept (TRL)",
+        choices=SELECTIONS,
+        late=True,
+    )
 
     def __post_init__(self):
         super().__post_init__()
@@ -65,8 +78,15 @@ class HighEntropyTokens(Method):
         active = distributed_active(self.scope)
         valid = mask.bool()
         n = int(all_reduce_sum(valid.sum().to(torch.float64), active))
+        ent = entropy.detach().float()
+        if self.selection == "quantile":
+            pool = all_gather_values(ent[valid], active)
+            if pool.numel() == 0:
+                return torch.zeros_like(valid), 0, n
+            chosen = valid & (ent >= quantile(pool, 1.0 - self.rho))
+            return chosen, int(all_reduce_sum(chosen.sum().to(torch.float64), active)), n
         k = n_top(n, self.rho)
-        ranked = entropy.detach().float().masked_fill(~valid, -torch.inf).flatten()
+        ranked = ent.masked_fill(~valid, -torch.inf).flatten()
         return top_k_mask(ranked, k, active).view(mask.shape) & valid, k, n
 
     def selection_plan(self, log_probs, old_log_probs, advantages, mask, *, entropy=None, generator=None):
@@ -78,8 +98,7 @@ class HighEntropyTokens(Method):
         return chosen
 
     def per_token_loss(self, log_probs, old_log_probs, advantages, mask, *, entropy=None, selected=None, **_):
-        loss, clipped = ppo_clip_token_loss(log_probs, old_log_probs, advantages, self.eps_low, self.eps_high)
-        loss = dual_clip(loss, advantages, self.clip_ratio_c)
+        loss, clipped, _ = self.clipped_surrogate(log_probs, old_log_probs, advantages)
         if selected is not None:
             chosen = selected.bool() & mask.bool()
             fraction = self._plan_fraction if self._plan_fraction is not None else self.rho

@@ -7,6 +7,9 @@ to the behaviour (old) policy, so it is 0 on the first, on-policy update of a ro
 are broken by position (the official ``torch.topk`` breaks them arbitrarily).
 Additions: ``beta_schedule="linear"`` anneals beta to 0 over ``anneal_steps`` (the comparative analysis
 recommends annealing); ``scope="global"`` selects over the whole mini-batch (and all ranks).
+No ``eps_low``/``eps_high``: the official ``compute_policy_loss_kl_cov`` is not passed a clip range (the 7B/32B
+kl_cov scripts set clip_ratio 0.2/0.2, unused) and verl's merged KL-Cov has none either, so they are refused;
+configs written before record them at 0.2, which is accepted and ignored so their run ids hold.
 """
 
 import torch
@@ -19,6 +22,9 @@ from harness.selection import top_k_mask
 @register_method("kl_cov")
 class KLCov(CovarianceMethod):
     """GRPO advantages; unclipped policy gradient; beta * |log r| on the top-k covariance tokens."""
+
+    retired_hparams = {"eps_low": 0.2, "eps_high": 0.2}
+    retired_reason = "KL-Cov has no PPO clip: the official compute_policy_loss_kl_cov takes no clip range"
 
     k_ratio: float = hparam(
         2e-3, "fraction of valid tokens penalised (top covariance), at least 1", low=0.0, high=1.0, low_open=True

@@ -4,14 +4,17 @@ loss_t = -f(r_t) * A_t with f(r) = (4/tau) * sigmoid(tau (r - 1)); tau = tau_pos
 A <= 0. f(1) = 2/tau and f'(1) = 1, so an on-policy step is the plain policy gradient; far from r = 1 the
 gradient decays smoothly instead of being cut. Defaults tau_pos 1.0, tau_neg 1.05 (verl ``actor.yaml``
 ``tau_pos``/``tau_neg``, ``core_algos.py::compute_policy_loss_sapo``; TRL ``sapo_temperature_pos/neg``), log-ratio
-clamped to [-20, 20] (verl), aggregation seq-mean-token-mean (verl forces it; TRL's sapo loss uses it too).
+clamped to [-20, 20] (verl; TRL does not clamp), aggregation seq-mean-token-mean (verl forces it and leaves empty
+rows out; TRL's ``loss_type="sapo"`` takes the mean of the rows' token means over every row: ``empty_rows: count``).
+No ``eps_low``/``eps_high`` (the gate has no clip range; configs written before record the inherited 0.2, accepted
+and ignored so their run ids hold; any other value is refused).
 Differs from official: ``agg`` may be changed here. No token is ever "clipped" (clipfrac is 0).
 """
 
 import torch
 
 from harness import ops
-from harness.method import Method, TokenLoss, hparam, register_method
+from harness.method import MethodBase, TokenLoss, hparam, register_method
 
 LOG_RATIO_CLAMP = 20.0
 
@@ -22,8 +25,11 @@ def sapo_gate(ratio: torch.Tensor, tau: torch.Tensor) -> torch.Tensor:
 
 
 @register_method("sapo")
-class SAPO(Method):
+class SAPO(MethodBase):
     """GRPO advantages; soft sigmoid gate on the ratio (tau_pos 1.0, tau_neg 1.05), seq-mean-token-mean."""
+
+    retired_hparams = {"eps_low": 0.2, "eps_high": 0.2}
+    retired_reason = "SAPO's soft gate has no clip range"
 
     tau_pos: float = hparam(1.0, "gate temperature where A > 0", low=0.0, low_open=True)
     tau_neg: float = hparam(1.05, "gate temperature where A <= 0", low=0.0, low_open=True)

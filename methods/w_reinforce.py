@@ -7,15 +7,22 @@ lambda = 0.1 (``run_*_psr_nsr.sh``: positive_advantage_weight=0.1 for W-REINFORC
 A = score, exactly as the official code (it only rewrites scores equal to 1 or 0). Combine it with any loss:
 ``get_method("clip_cov", advantage="w_reinforce")``. Method ``w_reinforce``: this estimator + PPO clip 0.2/0.2,
 token-mean (the official runs: verl's PPO loss, no KL).
+``recipe="official"`` adds what the released runs train with beyond the paper: an entropy bonus of 0.001 (verl's
+trainer default ``entropy_coeff: 0.001``, never overridden by the ``run_*_psr_nsr.sh`` scripts; ``dp_actor``
+subtracts 0.001 x the token mean of the entropy, ``masked_mean``), so the method then needs the entropy.
+``recipe="paper"`` (default) is the loss without it.
 Differs from official: the official computes discounted returns of a last-token reward (gamma 1: the same A on
 every token); PSR/NSR (training on only the correct / only the wrong responses) are not offered.
 """
 
 import torch
 
-from harness.method import Method, hparam, register_advantage, register_method
+from harness import ops
+from harness.method import Method, hparam, option, register_advantage, register_method
 
-W_REINFORCE_OPTIONS = {"positive_weight": 0.1}
+OFFICIAL_ENTROPY_COEF = 0.001  # verl's entropy_coeff default in the release's trainer config
+
+W_REINFORCE_OPTIONS = {"positive_weight": option(0.1, "lambda: the advantage of a correct response", low=0.0)}
 
 
 @register_advantage("w_reinforce", options=W_REINFORCE_OPTIONS)
@@ -31,3 +38,23 @@ class WReinforce(Method):
     """W-REINFORCE advantages (+lambda correct, -1 wrong, lambda 0.1) + PPO clip (0.2, 0.2)."""
 
     advantage: str = hparam("w_reinforce", "advantage estimator (see harness.list_advantages())")
+    recipe: str = hparam(
+        "paper",
+        "paper: PPO clip alone; official: - 0.001 x token-mean entropy too (the released config)",
+        choices=("paper", "official"),
+        late=True,
+    )
+
+    @property
+    def needs_entropy(self) -> bool:
+        return self.recipe == "official"
+
+    def extra_loss(self, loss, entropy, mask):
+        if self.recipe != "official":
+            return loss
+        if entropy is None:
+            raise ValueError(
+                "w_reinforce with recipe: official needs the per-token entropy: call policy_loss(..., entropy=H) "
+                "with H (B,T) from harness.entropy_from_logits(logits / temperature), differentiable"
+            )
+        return loss - OFFICIAL_ENTROPY_COEF * ops.agg_loss(entropy, mask, "token-mean")

@@ -83,7 +83,7 @@ def test_global_scope_across_data_parallel_ranks_matches_one_process(tmp_path):
         init = tmp_path / f"init-{name}"
         outs = [tmp_path / f"{name}-{r}.pt" for r in range(2)]
         procs = [
-            subprocess.Popen([sys.executable, str(WORKER), str(r), "2", str(init), str(outs[r]), name, key, "0.01"])
+            subprocess.Popen([sys.executable, str(WORKER), str(r), "2", str(init), str(outs[r]), name, f"{key}=0.01"])
             for r in range(2)
         ]
         assert [p.wait(timeout=120) for p in procs] == [0, 0]
@@ -101,3 +101,34 @@ def test_global_scope_across_data_parallel_ranks_matches_one_process(tmp_path):
             cand = (cov > 1) & (cov < 5) & mask.bool() & ~clipped
             assert int(merged.sum()) == min(max(1, int(0.01 * mask.sum())), int(cand.sum()))
             assert bool((merged <= cand).all())
+
+
+def _two_ranks(tmp_path, name, *hparams) -> torch.Tensor:
+    """The plan of 2 real gloo ranks (rows interleaved), merged back into the mini-batch's shape."""
+    init = tmp_path / f"init-{name}"
+    outs = [tmp_path / f"{name}-{r}.pt" for r in range(2)]
+    procs = [
+        subprocess.Popen([sys.executable, str(WORKER), str(r), "2", str(init), str(outs[r]), name, *hparams])
+        for r in range(2)
+    ]
+    assert [p.wait(timeout=120) for p in procs] == [0, 0]
+    lp, _, _, mask = _minibatch(2)
+    merged = torch.zeros_like(mask, dtype=torch.bool)
+    for out in outs:
+        part = torch.load(out)
+        merged[part["rows"]] = part["plan"]
+    return merged
+
+
+@pytest.mark.parametrize("selection", ["topk", "quantile"])
+def test_high_entropy_global_selection_across_ranks_matches_one_process(tmp_path, selection):
+    lp, old, adv, mask = _minibatch(2)
+    ent = _worker.entropy(lp)
+    m = harness.get_method("high_entropy_tokens", scope="global", selection=selection)
+    single = m.selection_plan(lp, old, adv, mask, entropy=ent)
+    assert torch.equal(_two_ranks(tmp_path, "high_entropy_tokens", f"selection={selection}"), single)
+    valid = ent[mask.bool()]
+    if selection == "quantile":  # TRL's rule over the whole population: H >= its 0.8 quantile
+        assert torch.equal(single, mask.bool() & (ent >= torch.quantile(valid, 0.8)))
+    else:
+        assert int(single.sum()) == max(1, int(valid.numel() * 0.2 + 0.9999))
