@@ -299,3 +299,27 @@ def test_screenshot_of_the_committed_leaderboard_page(driver):
     assert 5_000 < out.stat().st_size < 250_000
     assert _errors(driver) == []
     driver.set_window_size(1280, 900)
+
+
+def test_served_over_http_the_pages_work_the_same(driver, site):
+    """What ``harness site --serve`` does: the same files over http://127.0.0.1 (no favicon or script errors)."""
+    import threading
+
+    from selenium.webdriver.common.by import By
+
+    from harness.site.serve import make_server
+
+    server = make_server(site, port=0)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        base = f"http://127.0.0.1:{server.server_address[1]}"
+        driver.get_log("browser")
+        driver.get(f"{base}/quickstart_samples/samples.html#suite=countdown&a={KLCOV}&filter=right")
+        _wait(driver, lambda d: len(d.find_elements(By.CSS_SELECTOR, ".sample")) > 0)
+        assert {s.get_attribute("data-correct") for s in driver.find_elements(By.CSS_SELECTOR, ".sample")} == {"true"}
+        driver.get(f"{base}/index.html")
+        assert len(driver.find_elements(By.CSS_SELECTOR, "#sweeps tbody tr")) == 4
+        assert _errors(driver) == []
+    finally:
+        server.shutdown()
+        server.server_close()
