@@ -54,8 +54,14 @@ def plot_mechanism(col, res: dict, out_dir: Path, formats=("png",)) -> list[Path
     written += _save(fig, out_dir, "mechanism_law", formats)
 
     try:
-        written += plot_entropy_change(col, out_dir, formats=formats, entropy_key=res["entropy_key"],
-                                       delta_key=res["delta_key"], name="mechanism_cov")
+        written += plot_entropy_change(
+            col,
+            out_dir,
+            formats=formats,
+            entropy_key=res["entropy_key"],
+            delta_key=res["delta_key"],
+            name="mechanism_cov",
+        )
     except NoData:
         pass
 
@@ -65,15 +71,27 @@ def plot_mechanism(col, res: dict, out_dir: Path, formats=("png",)) -> list[Path
     if methods:
         fig, axes = plt.subplots(1, 2, figsize=(10, 3.8))
         width = 0.8 / max(len(sizes), 1)
-        for k, (key, title) in enumerate([("entropy_end_vs_grpo", "end entropy ÷ GRPO's (paired, 95% CI)"),
-                                          ("score_delta_vs_grpo", "final score − GRPO's (paired, 95% CI)")]):
+        for k, (key, title) in enumerate(
+            [
+                ("entropy_end_vs_grpo", "end entropy ÷ GRPO's (paired, geometric mean, 95% CI)"),
+                ("score_delta_vs_grpo", "final score − GRPO's (paired, 95% CI)"),
+            ]
+        ):
             ax = axes[k]
             for j, size in enumerate(sizes):
-                mean = [(res["methods"][mm].get(size) or {}).get(key, {}).get("mean") for mm in methods]
-                ci = [(res["methods"][mm].get(size) or {}).get(key, {}).get("ci95") for mm in methods]
+                cells = [res["methods"][mm].get(size) or {} for mm in methods]
+                if k == 0 and all("entropy_end_vs_grpo_log" in c for c in cells):  # asymmetric: log-scale interval
+                    d = [c["entropy_end_vs_grpo_log"] for c in cells]
+                    mean = [v["estimate"] for v in d]
+                    err = [
+                        [m - v["lo"] if None not in (m, v["lo"]) else 0 for m, v in zip(mean, d)],
+                        [v["hi"] - m if None not in (m, v["hi"]) else 0 for m, v in zip(mean, d)],
+                    ]
+                else:
+                    mean = [c.get(key, {}).get("mean") for c in cells]
+                    err = [c.get(key, {}).get("ci95") or 0 for c in cells]
                 x = np.arange(len(methods)) + j * width
-                ax.bar(x, [v if v is not None else np.nan for v in mean], width,
-                       yerr=[v if v is not None else 0 for v in ci], capsize=2, label=size)
+                ax.bar(x, [v if v is not None else np.nan for v in mean], width, yerr=err, capsize=2, label=size)
             ax.axhline(1.0 if k == 0 else 0.0, color="0.4", lw=0.8)
             ax.set_xticks(np.arange(len(methods)) + 0.4 - width / 2, methods, rotation=30, fontsize=8)
             ax.set_title(title, fontsize=9)

@@ -8,8 +8,8 @@ nothing may be called better than anything else (:func:`excludes` is False).
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Mapping
 
 import numpy as np
 
@@ -34,7 +34,6 @@ class Interval:
     def to_dict(self) -> dict:
         f = lambda v: None if not math.isfinite(v) else float(v)  # noqa: E731
         return {"mean": f(self.mean), "ci95": f(self.half), "n": self.n}
-
 
 
 def _t_quantile(q: float, dof: float) -> float:
@@ -63,9 +62,14 @@ def mean_ci(values, conf: float = CONF) -> Interval:
 
 
 def _common(a: Mapping, b: Mapping) -> list:
-    return sorted(k for k in set(a) & set(b)
-                  if isinstance(a[k], (int, float)) and isinstance(b[k], (int, float))
-                  and math.isfinite(a[k]) and math.isfinite(b[k]))
+    return sorted(
+        k
+        for k in set(a) & set(b)
+        if isinstance(a[k], (int, float))
+        and isinstance(b[k], (int, float))
+        and math.isfinite(a[k])
+        and math.isfinite(b[k])
+    )
 
 
 def paired_diff(a: Mapping, b: Mapping, conf: float = CONF) -> Interval:
@@ -93,7 +97,7 @@ def welch_diff(a, b, conf: float = CONF) -> Interval:
     se = math.sqrt(vx + vy)
     if se == 0:
         return Interval(d, 0.0, n, paired=False)
-    dof = (vx + vy) ** 2 / (vx ** 2 / (x.size - 1) + vy ** 2 / (y.size - 1))
+    dof = (vx + vy) ** 2 / (vx**2 / (x.size - 1) + vy**2 / (y.size - 1))
     return Interval(d, float(_t_quantile((1 + conf) / 2, dof) * se), n, paired=False)
 
 
@@ -107,3 +111,96 @@ def difference(a: Mapping, b: Mapping, conf: float = CONF) -> Interval:
 def excludes(iv: Interval, value: float = 0.0) -> bool:
     """True when the CI is defined and lies strictly on one side of ``value``."""
     return math.isfinite(iv.half) and (iv.lo > value or iv.hi < value)
+
+
+# ---------------------------------------------------------------------------------------------- tests, ratios, r
+def t_test(values, null: float = 0.0) -> tuple[float, float, int]:
+    """Two-sided one-sample Student-t test of ``mean == null`` over the finite values: (mean, p, n).
+    p is NaN when n < 2; with zero spread p is 0 (mean != null) or 1 (mean == null)."""
+    from scipy import stats as sps
+
+    v = _finite(values)
+    n = int(v.size)
+    if n == 0:
+        return math.nan, math.nan, 0
+    mean = float(v.mean())
+    if n < 2:
+        return mean, math.nan, n
+    sd = float(v.std(ddof=1))
+    if sd == 0:
+        return mean, (1.0 if mean == null else 0.0), n
+    t = (mean - null) / (sd / math.sqrt(n))
+    return mean, float(2 * sps.t.sf(abs(t), n - 1)), n
+
+
+@dataclass(frozen=True)
+class Bounds:
+    """An estimate with an asymmetric interval [lo, hi] (a ratio back-transformed from the log scale, a
+    correlation back-transformed from Fisher's z) and the two-sided p of the test against ``null``."""
+
+    estimate: float
+    lo: float
+    hi: float
+    n: int
+    p: float = math.nan
+    null: float = math.nan
+
+    def to_dict(self) -> dict:
+        f = lambda v: None if not math.isfinite(v) else float(v)  # noqa: E731
+        return {
+            "estimate": f(self.estimate),
+            "lo": f(self.lo),
+            "hi": f(self.hi),
+            "n": self.n,
+            "p": f(self.p),
+            "null": f(self.null),
+        }
+
+
+def _transformed(values, forward, back, null: float, conf: float) -> Bounds:
+    """t interval and t test on ``forward(values)``, bounds mapped back with ``back``."""
+    v = _finite(values)
+    z = forward(v)
+    iv = mean_ci(z, conf)
+    _, p, _ = t_test(z, float(forward(np.array([null]))[0])) if math.isfinite(null) else (None, math.nan, None)
+    if iv.n == 0:
+        return Bounds(math.nan, math.nan, math.nan, 0, math.nan, null)
+    lo, hi = (back(iv.lo), back(iv.hi)) if math.isfinite(iv.half) else (math.nan, math.nan)
+    return Bounds(float(back(iv.mean)), float(lo), float(hi), iv.n, p, null)
+
+
+def log_ratio_ci(ratios, null: float = 1.0, conf: float = CONF) -> Bounds:
+    """Geometric mean of positive ratios with the t interval of mean(log ratio) mapped back by exp (never a
+    negative bound), and the t test of mean(log ratio) == log(null). Non-positive ratios raise."""
+    v = _finite(ratios)
+    if (v <= 0).any():
+        raise ValueError(f"log-scale ratio interval needs positive ratios, got {sorted(v[v <= 0])[:3]}")
+    return _transformed(v, np.log, math.exp, null, conf)
+
+
+def paired_log_ratio(a: Mapping, b: Mapping, null: float = 1.0, conf: float = CONF) -> Bounds:
+    """``a / b`` per common seed (both > 0) on the log scale: see :func:`log_ratio_ci`."""
+    keys = [k for k in _common(a, b) if a[k] > 0 and b[k] > 0]
+    return log_ratio_ci([a[k] / b[k] for k in keys], null, conf)
+
+
+def fisher_z_ci(rs, null: float = 0.0, conf: float = CONF) -> Bounds:
+    """Per-run correlations summarised over runs: the t interval of mean(atanh r) mapped back by tanh (each run
+    is one observation: no pooling of a run's autocorrelated steps), and the t test of mean(atanh r) ==
+    atanh(null). |r| = 1 is clipped to 1 - 1e-12."""
+    v = np.clip(_finite(rs), -1 + 1e-12, 1 - 1e-12)
+    return _transformed(v, np.arctanh, math.tanh, null, conf)
+
+
+def holm(pvalues) -> list[float]:
+    """Holm's step-down adjusted p-values (family-wise error control), in the input order. NaN p-values
+    (tests that could not be run) are left NaN and do not count towards the family size."""
+    p = [float(x) if x is not None else math.nan for x in pvalues]
+    idx = sorted((i for i, x in enumerate(p) if math.isfinite(x)), key=lambda i: p[i])
+    m = len(idx)
+    out = [math.nan] * len(p)
+    running = 0.0
+    for rank, i in enumerate(idx):
+        running = max(running, min(1.0, (m - rank) * p[i]))
+        out[i] = running
+    return out

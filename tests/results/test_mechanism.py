@@ -248,7 +248,8 @@ def test_flatness_compares_seed_means_not_per_seed_ratios(runs_root, mk):
             first = json.loads((d / "eval" / "step_0.json").read_text())["suites"]["arith"]["metrics"]["avg@4"]
             ev["suites"]["arith"]["metrics"]["avg@4"] = first - 0.001
             (d / "eval" / f"step_{STEPS}.json").write_text(json.dumps(ev))
-            _rewrite(d, lambda t, r: r.update({"eval/arith/avg@4": first - 0.001}) if t == STEPS - 1 else None)
+            low = first - 0.001
+            _rewrite(d, lambda t, r, low=low: r.update({"eval/arith/avg@4": low}) if t == STEPS - 1 else None)
     size = analyse(collect([runs_root]))["sizes"]["pocket-1m"]
     runs = {r["seed"]: r for r in analyse(collect([runs_root]))["runs"]}
     late = [runs[s]["s_end"] - runs[s]["s_two_thirds"] for s in range(3)]
@@ -263,7 +264,7 @@ def test_summary_markdown_is_written_beside_the_json(runs_root, mk, tmp_path):
     _family(runs_root, mk, methods=("grpo", "kl_cov"), h0={"kl_cov": 2 * H0})
     assert main(["mechanism", str(runs_root), "--out", str(tmp_path / "o")]) == 0
     md = (tmp_path / "o" / "mechanism.md").read_text()
-    assert "| kl_cov | pocket-1m | 2.00 ± 0.00 (n=3) |" in md and f"harness mechanism {runs_root}" in md
+    assert "| kl_cov | pocket-1m | 2.00 [2.00, 2.00] (n=3) |" in md and f"harness mechanism {runs_root}" in md
 
 
 def test_law_family_option(runs_root, mk, tmp_path, capsys):
