@@ -121,6 +121,31 @@ def signals_deferred():
             old[signum](signum, frame)
 
 
+@contextmanager
+def signals_interrupt():
+    """SIGINT and SIGTERM raise ``KeyboardInterrupt`` at once inside the block (set-up, where there is nothing to
+    save yet). A sweep job needs it: submitit's job process ignores SIGTERM ("Bypassing signal"), so the SIGTERM
+    that stops a local sweep's cell was swallowed until the trainer's own handler was installed. Main thread only."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def handler(signum, frame):
+        raise KeyboardInterrupt(signal.Signals(signum).name)
+
+    old = {s: signal.signal(s, handler) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for s, h in old.items():
+            signal.signal(s, h)
+
+
+def _write_error(path: Path, e: OSError) -> ValueError:
+    """An OS error of a write as one line naming the user's file (a full disk says so, with the path)."""
+    return ValueError(f"cannot write {path}: {e.strerror or e}")
+
+
 def atomic_write(
     path: str | os.PathLike, write: Callable[[Any], None], mode: str = "w", executable: bool = False
 ) -> Path:
@@ -144,11 +169,15 @@ def _atomic_write(path: Path, write: Callable[[Any], None], mode: str, executabl
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as e:
         try:
             os.unlink(tmp)
         except FileNotFoundError:
             pass
+        if isinstance(e, OSError) and e.errno is not None:
+            raise _write_error(path, e) from None
+        if isinstance(e, RuntimeError) and "No space left" in str(e):  # torch's writer wraps ENOSPC
+            raise ValueError(f"cannot write {path}: No space left on device") from None
         raise
     return path
 
@@ -173,10 +202,18 @@ def append_jsonl(path: str | os.PathLike, record: dict) -> None:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     line = json.dumps(_finite(record), default=_json_default) + "\n"
-    with open(path, "a") as f:
-        f.write(line)
-        f.flush()
-        os.fsync(f.fileno())
+    try:
+        with open(path, "a") as f:
+            f.write(line)
+            f.flush()
+            os.fsync(f.fileno())
+    except OSError as e:
+        raise _write_error(path, e) from None
+
+
+def json_row(record: dict) -> dict:
+    """``record`` as a JSONL reader gets it back (NaN/inf as None, numpy/torch scalars as numbers)."""
+    return json.loads(json.dumps(_finite(record), default=_json_default))
 
 
 def repair_jsonl(path: str | os.PathLike) -> int:
@@ -218,7 +255,7 @@ def read_jsonl(path: str | os.PathLike) -> list[dict]:
     path = Path(path)
     if not path.exists():
         return []
-    lines = path.read_text().splitlines()
+    lines = read_text(path).splitlines()
     out = []
     for i, line in enumerate(lines):
         if not line.strip():
@@ -238,17 +275,87 @@ def write_jsonl(path: str | os.PathLike, records: Iterable[dict]) -> Path:
     return atomic_write_text(path, text)
 
 
+def read_text(path: str | os.PathLike) -> str:
+    """A UTF-8 text file; undecodable bytes or an OS error become one ``ValueError`` naming the file."""
+    path = Path(path)
+    try:
+        return path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as e:
+        raise ValueError(f"{path}: not UTF-8 text (byte {e.object[e.start]:#04x} at offset {e.start})") from None
+    except IsADirectoryError:
+        raise ValueError(f"{path}: is a directory, not a file") from None
+    except OSError as e:
+        raise ValueError(f"{path}: cannot read ({e.strerror or e})") from None
+
+
+def _strict_loader():
+    """A ``yaml.SafeLoader`` that refuses a key given twice in one mapping (PyYAML keeps the last silently: a
+    second ``train:`` block would replace the first, a second ``grid:`` drop cells)."""
+    import yaml
+
+    class StrictLoader(yaml.SafeLoader):
+        pass
+
+    def construct_mapping(loader, node, deep=False):
+        loader.flatten_mapping(node)
+        seen: dict = {}
+        for key_node, _ in node.value:
+            key = loader.construct_object(key_node, deep=True)
+            try:
+                first = seen.get(key)
+            except TypeError:  # an unhashable key: SafeLoader reports it itself
+                continue
+            if first is not None:
+                raise yaml.constructor.ConstructorError(
+                    None,
+                    None,
+                    f"duplicate key {key!r} at line {key_node.start_mark.line + 1} (first at line {first}); "
+                    f"a second one would silently replace the first",
+                    key_node.start_mark,
+                )
+            seen[key] = key_node.start_mark.line + 1
+        return yaml.SafeLoader.construct_mapping(loader, node, deep=deep)
+
+    StrictLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, construct_mapping)
+    return StrictLoader
+
+
+def load_yaml(text: str, where: str = "") -> Any:
+    """Parse YAML (safe types only) refusing duplicate keys; errors are ``yaml.YAMLError`` whose first line names
+    the problem and its line."""
+    import yaml
+
+    return yaml.load(text, Loader=_strict_loader())  # noqa: S506 - a SafeLoader subclass
+
+
+def yaml_problem(e: Exception) -> str:
+    """A YAML error as one line: the problem and where (line, column)."""
+    import yaml
+
+    if isinstance(e, yaml.MarkedYAMLError):
+        mark = e.problem_mark or e.context_mark
+        problem = e.problem or e.context or "invalid YAML"
+        if "duplicate key" in problem:
+            return problem
+        return f"{problem} (line {mark.line + 1}, column {mark.column + 1})" if mark else problem
+    return str(e).splitlines()[0] if str(e) else type(e).__name__
+
+
 def read_yaml_mapping(path: str | os.PathLike, error: type[Exception], what: str, expected: str) -> dict:
     """A YAML file that must hold a mapping (empty file = {}); ``error`` names the file and the problem."""
     import yaml
 
     path = Path(path)
+    if path.is_dir():
+        raise error(f"{path}: is a directory; give {what} file")
     if not path.is_file():
         raise FileNotFoundError(f"{what.removeprefix('a ')} not found: {path}")
     try:
-        data = yaml.safe_load(path.read_text())
+        data = load_yaml(read_text(path))
+    except ValueError as e:
+        raise error(str(e)) from None
     except yaml.YAMLError as e:
-        raise error(f"{path}: not valid YAML: {e}") from None
+        raise error(f"{path}: not valid YAML: {yaml_problem(e)}") from None
     if data is None:
         data = {}
     if not isinstance(data, dict):

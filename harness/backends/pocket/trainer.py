@@ -30,7 +30,15 @@ import torch
 
 from harness import ops
 from harness.config import RunConfig
-from harness.io import append_jsonl, atomic_save_torch, atomic_write_json, read_jsonl, write_jsonl
+from harness.io import (
+    append_jsonl,
+    atomic_save_torch,
+    atomic_write_json,
+    json_row,
+    read_jsonl,
+    signals_interrupt,
+    write_jsonl,
+)
 from harness.records import RunResult, SuiteResult, summarize_metrics, task_label
 
 from . import models
@@ -50,6 +58,63 @@ def _lineage(cfg: RunConfig) -> str:
     from harness.config import config_hash, measuring_items
 
     return config_hash({k: v for k, v in measuring_items(cfg).items() if k != "train.steps"})
+
+
+class CheckpointUnreadable(Exception):
+    """A torn or corrupt checkpoint, or a file that is not a pocket checkpoint (moved aside, never trusted)."""
+
+
+def read_checkpoint(path: Path, device="cpu", mmap: bool = False) -> dict:
+    """The pocket checkpoint at ``path``; ``CheckpointUnreadable`` when it cannot be one (``mmap``: for a look at
+    its records without reading the weights)."""
+    try:
+        blob = torch.load(path, map_location=device, weights_only=False, mmap=mmap)
+    except Exception as e:  # noqa: BLE001 - torn zip, bad pickle, I/O error: all mean "cannot resume from it"
+        raise CheckpointUnreadable(f"{type(e).__name__}: {str(e)[:120]}") from None
+    if not isinstance(blob, dict) or "model" not in blob or "step" not in blob:
+        raise CheckpointUnreadable("not a pocket trainer checkpoint")
+    return blob
+
+
+def resume_problem(cfg: RunConfig, blob: dict, path: Path, old_threads: int | None = None) -> str | None:
+    """Why this run must not continue from the checkpoint ``blob`` (None when it may): another run's lineage
+    (a checkpoint written before lineages were recorded: another run id), a checkpoint past this run's last step,
+    or another CPU thread count (threads change float reductions: two trajectories under one run id)."""
+    lineage, owner, step = blob.get("lineage"), blob.get("run_id"), int(blob["step"])
+    if lineage not in (None, _lineage(cfg)) or (lineage is None and owner not in (None, cfg.run_id())):
+        return (
+            f"checkpoint {path} belongs to run {owner}, not to this run ({cfg.run_id()}); move it out of "
+            f"{path.parent.parent} or use another --run-dir"
+        )
+    if step > cfg.train.steps:
+        return (
+            f"checkpoint {path} is at step {step}, past this run's {cfg.train.steps} steps (train.steps); resuming "
+            f"would not train this run. Use train.steps >= {step}, or another --run-dir"
+        )
+    threads = blob.get("threads", old_threads)
+    if threads is not None and int(threads) != cfg.train.threads:
+        return (
+            f"train.threads: this run was trained with {threads} thread(s) up to step {step} ({path}); resuming "
+            f"with {cfg.train.threads} would change its numbers under the same run id. Resume with "
+            f"train.threads={threads}, or use another --run-dir"
+        )
+    return None
+
+
+def check_resume(cfg: RunConfig, run_dir: Path, old_config: dict | None = None) -> None:
+    """Refuse (``ValueError``), before anything in ``run_dir`` is written, a checkpoint this run must not continue.
+    An unreadable checkpoint is no refusal: the trainer moves it aside and starts over."""
+    path = Path(run_dir) / CKPT
+    if not path.is_file():
+        return
+    try:
+        blob = read_checkpoint(path, mmap=True)
+    except CheckpointUnreadable:
+        return
+    old_threads = ((old_config or {}).get("train") or {}).get("threads")
+    problem = resume_problem(cfg, blob, path, old_threads if isinstance(old_threads, int) else None)
+    if problem:
+        raise ValueError(problem)
 
 
 def peak_rss_mb() -> float:
@@ -91,6 +156,28 @@ def deferred_interrupts(flag: dict):
             signal.signal(s, h)
 
 
+def _readable_rows(path: Path) -> tuple[list[dict], list[int]]:
+    """The JSON-object lines of a JSONL file and the numbers of the lines that are not (torn, garbled)."""
+    import json
+
+    if not path.exists():
+        return [], []
+    rows, bad = [], []
+    with open(path, encoding="utf-8", errors="replace") as f:
+        for i, line in enumerate(f, start=1):
+            if not line.strip():
+                continue
+            try:
+                obj = json.loads(line)
+            except json.JSONDecodeError:
+                obj = None
+            if isinstance(obj, dict):
+                rows.append(obj)
+            else:
+                bad.append(i)
+    return rows, bad
+
+
 class PocketTrainer:
     def __init__(self, cfg: RunConfig, run_dir: str | Path, log=print):
         self.cfg, self.run_dir, self.log = cfg, Path(run_dir), log
@@ -98,6 +185,7 @@ class PocketTrainer:
         self.prev_entropy = None
         self.start_step = 0
         self.stop = {}
+        self.rows: list[dict] = []  # metrics rows of steps 1..current, as metrics.jsonl holds them
 
     # ------------------------------------------------------------------------------------ set-up
     def setup(self) -> None:
@@ -115,17 +203,18 @@ class PocketTrainer:
         self.method = harness.get_method(cfg.method_name, **cfg.method_hparams)
         self.task = make_task(cfg.task.name, cfg.task.test_size, cfg.task.options)
         self.warm_info = None
+        # read (not just find) the checkpoint first: only a usable one holds the weights that replace the warm start
+        self.resume_blob = self._load_checkpoint()
         if models.is_pocket(cfg.model.name):
             self.tok = TokenizerAdapter(build_char_tokenizer())
             self.model = models.build_pocket_model(cfg.model.name, len(self.tok), cfg.seed)
-            resuming = (self.run_dir / CKPT).exists()  # the checkpoint holds the weights: no warm start needed
-            if cfg.model.warm_start.enabled != "false" and not resuming:
-                from .warmstart import load_or_train
+            if cfg.model.warm_start.enabled != "false" and self.resume_blob is None:
+                from .warmstart import load_or_train, restore
 
                 t0 = time.time()
                 state, self.warm_info = load_or_train(cfg, self.tok, self.task, log=self.log)
                 self.timing["warm_start_s"] = time.time() - t0
-                self.model.load_state_dict(state)
+                restore(self.model, state, self.warm_info)
         else:
             if cfg.model.warm_start.enabled == "true":
                 raise ValueError(
@@ -169,6 +258,8 @@ class PocketTrainer:
             "lineage": _lineage(self.cfg),
             "warm_start": self.warm_info,
             "method_state": self.method.state_dict(),
+            "threads": self.cfg.train.threads,
+            "metrics": list(self.rows),  # rows of steps 1..step: what metrics.jsonl holds again on resume
         }
         if self.aux is not None:  # keys "<name>", "<name>_opt", "ref" (PRIME: prm, prm_opt, as before)
             blob.update(
@@ -180,56 +271,84 @@ class PocketTrainer:
             )
         atomic_save_torch(self.run_dir / CKPT, blob)
 
-    def maybe_resume(self) -> None:
+    def _load_checkpoint(self) -> dict | None:
+        """The checkpoint to resume from, or None (none, or unreadable: moved aside, the run starts over from its
+        warm start); another run's checkpoint is refused."""
         path = self.run_dir / CKPT
         if not path.exists():
-            return
+            return None
         try:
-            blob = torch.load(path, map_location=self.device, weights_only=False)
-            if not isinstance(blob, dict) or "model" not in blob or "step" not in blob:
-                raise ValueError("not a pocket trainer checkpoint")
-        except Exception as e:  # noqa: BLE001 - torn/corrupt file: keep it aside, train from the start (no data lost)
+            blob = read_checkpoint(path, self.device)
+        except CheckpointUnreadable as e:  # torn/corrupt file: keep it aside, train from the start (no data lost)
             aside = path.with_name(f"{path.name}.unreadable-{time.strftime('%Y%m%d-%H%M%S')}")
             os.replace(path, aside)
-            self.log(
-                f"warning: checkpoint {path} is unreadable ({type(e).__name__}: {str(e)[:120]}); moved to "
-                f"{aside}, training from step 0"
-            )
-            self._trim_metrics()
+            self.log(f"warning: checkpoint {path} is unreadable ({e}); moved to {aside}, training from step 0")
+            return None
+        problem = resume_problem(self.cfg, blob, path)
+        if problem:
+            raise ValueError(problem)
+        return blob
+
+    def maybe_resume(self) -> None:
+        blob, self.resume_blob = self.resume_blob, None
+        if blob is None:
+            self._restore_metrics(None)
             return
-        if blob.get("lineage") not in (None, _lineage(self.cfg)):
+        path = self.run_dir / CKPT
+        try:
+            self.model.load_state_dict(blob["model"])
+            self.opt.load_state_dict(blob["opt"])
+            if self.aux is not None:
+                self.aux_model.load_state_dict(blob[self.aux.name])
+                self.ref.load_state_dict(blob["ref"])  # the frozen warm-started policy, not this process's init
+                self.aux_opt.load_state_dict(blob[f"{self.aux.name}_opt"])
+        except (RuntimeError, KeyError, ValueError) as e:  # e.g. a checkpoint of another model size
+            first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
             raise ValueError(
-                f"checkpoint {path} belongs to run {blob.get('run_id')}, not to this run "
-                f"({self.cfg.run_id()}); move it out of {self.run_dir} or use another --run-dir"
-            )
-        self.model.load_state_dict(blob["model"])
-        self.opt.load_state_dict(blob["opt"])
-        if self.aux is not None:
-            self.aux_model.load_state_dict(blob[self.aux.name])
-            self.ref.load_state_dict(blob["ref"])  # the frozen warm-started policy, not this process's init
-            self.aux_opt.load_state_dict(blob[f"{self.aux.name}_opt"])
+                f"checkpoint {path} does not fit this run's model {self.cfg.model.name} ({first[:160]}); move it "
+                f"out of {self.run_dir} or use another --run-dir"
+            ) from None
         self.method.load_state_dict(blob.get("method_state", {}))
         self.start_step = int(blob["step"])
         self.prev_entropy = blob["prev_entropy"]
         self.timing.update(blob.get("timing", {}))
         self.warm_info = blob.get("warm_start", self.warm_info)
-        self._trim_metrics()
+        self._restore_metrics(blob)
         self.log(f"resumed from {path} at step {self.start_step}")
 
-    def _trim_metrics(self) -> None:
-        """Steps logged after the checkpoint are replayed: keep metrics.jsonl consistent with the weights."""
+    def _restore_metrics(self, blob: dict | None) -> None:
+        """Make metrics.jsonl hold exactly one row per step up to the checkpoint (none without one): the rows the
+        checkpoint carries, so a torn, garbled or cut row of a checkpointed step comes back, rows of steps that
+        are trained again go, and a deleted checkpoint cannot leave rows that the retrained steps would repeat.
+        A checkpoint from before rows were carried keeps the file's readable rows up to its step."""
         mpath = self.run_dir / "metrics.jsonl"
-        rows = read_jsonl(mpath)
-        kept = [r for r in rows if r.get("step", 0) <= self.start_step]
-        if len(kept) != len(rows):
-            write_jsonl(mpath, kept)
-        have = {r.get("step") for r in kept}
-        lost = [s for s in range(1, self.start_step + 1) if s not in have]
-        if lost and self.start_step:
+        rows, bad = _readable_rows(mpath)
+        if blob is not None and isinstance(blob.get("metrics"), list):
+            want = [dict(r) for r in blob["metrics"]]
+        else:
+            last: dict[int, dict] = {}
+            for r in rows:
+                if isinstance(r.get("step"), int) and 0 < r["step"] <= self.start_step:
+                    last[r["step"]] = r  # a repeated step (older runs): its latest row
+            want = [last[k] for k in sorted(last)]
+            have = set(last)
+            lost = [k for k in range(1, self.start_step + 1) if k not in have]
+            if lost:
+                self.log(
+                    f"warning: metrics.jsonl has no row for step(s) {', '.join(map(str, lost[:8]))} up to the "
+                    f"checkpoint (lost with a torn or cut file); the weights are resumed, those rows stay missing"
+                )
+        if bad:
             self.log(
-                f"warning: metrics.jsonl has no row for step(s) {', '.join(map(str, lost[:8]))} up to the "
-                f"checkpoint (lost with a torn or cut file); the weights are resumed, those rows stay missing"
+                f"warning: {mpath} line(s) {', '.join(map(str, bad[:8]))} are not JSON rows; dropped (every step "
+                f"up to the checkpoint keeps its row, later steps are trained again)"
             )
+        dropped = sum(1 for r in rows if not isinstance(r.get("step"), int) or r["step"] > self.start_step)
+        if dropped:
+            self.log(f"{mpath}: {dropped} row(s) after step {self.start_step} dropped: those steps are trained again")
+        if rows != want or bad:
+            write_jsonl(mpath, want)
+        self.rows = want
 
     # ------------------------------------------------------------------------------------ rollout
     def _generate(
@@ -510,14 +629,22 @@ class PocketTrainer:
         from tqdm.auto import tqdm
 
         cfg = self.cfg
-        self.setup()
-        self.maybe_resume()
-        t_start = time.time()
-        metrics_path = self.run_dir / "metrics.jsonl"
         steps, ev_every, ck_every = cfg.train.steps, cfg.eval.every, cfg.train.checkpoint_every
         last_eval = None
-        if self.start_step == 0 and ev_every > 0:
-            last_eval = self.evaluate(0)
+        try:  # nothing to save during set-up: Ctrl-C / SIGTERM stops it at once (the warm start too)
+            with signals_interrupt():
+                self.setup()
+                self.maybe_resume()
+                if self.start_step == 0 and ev_every > 0:
+                    last_eval = self.evaluate(0)
+        except KeyboardInterrupt as e:
+            self.log(
+                f"interrupted during set-up ({e or 'SIGINT'}), before step {self.start_step + 1}; nothing trained. "
+                f"Run the same command again to resume."
+            )
+            raise
+        t_start = time.time()
+        metrics_path = self.run_dir / "metrics.jsonl"
         bar = tqdm(
             total=steps,
             initial=self.start_step,
@@ -547,7 +674,8 @@ class PocketTrainer:
                             for mk, mv in res["metrics"].items():
                                 row[f"eval/{suite}/{mk}"] = mv
                     self.method.on_step_end(row)  # adaptive methods update their state from the step's row
-                    append_jsonl(metrics_path, row)
+                    append_jsonl(metrics_path, row)  # flushed before this step's checkpoint, which carries it
+                    self.rows.append(json_row(row))
                     for sink in self.sinks:
                         sink.log(row, step)
                     if (ck_every > 0 and step % ck_every == 0) or step == steps:

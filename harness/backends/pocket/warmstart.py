@@ -132,10 +132,33 @@ def load_or_train(cfg: RunConfig, tok, task, log=print) -> tuple[dict, dict]:
     path = root / f"{key}.pt"
     with _file_lock(root / f".{key}.lock"):
         if path.exists():
-            blob = torch.load(path, map_location="cpu", weights_only=False)
-            return blob["state_dict"], dict(blob["info"], cached=True, path=str(path))
+            try:
+                blob = torch.load(path, map_location="cpu", weights_only=False)
+                if not isinstance(blob, dict) or not isinstance(blob.get("state_dict"), dict) or "info" not in blob:
+                    raise ValueError("not a warm-start cache entry")
+                return blob["state_dict"], dict(blob["info"], cached=True, path=str(path))
+            except Exception as e:  # noqa: BLE001 - torn/corrupt entry: keep it aside and train it again
+                aside = path.with_name(f"{path.name}.unreadable-{time.strftime('%Y%m%d-%H%M%S')}")
+                os.replace(path, aside)
+                log(
+                    f"warning: warm-start cache entry {path} is unreadable ({type(e).__name__}: {str(e)[:120]}); "
+                    f"moved to {aside}, training the warm start again"
+                )
         with torch.random.fork_rng(devices=[]):
             state, info = train_warm_start(cfg, tok, task, log=log)
         atomic_save_torch(path, {"state_dict": state, "info": info})
         log(f"warm start: {info['steps']} steps, probe accuracy {info['probe_acc']:.3f} in {info['time_s']}s -> {path}")
         return state, dict(info, cached=False, path=str(path))
+
+
+def restore(model, state: dict, info: dict) -> None:
+    """Load warm-start weights into ``model``; weights that do not fit are an error naming the cache entry (never
+    a fresh model trained as if warm-started)."""
+    try:
+        model.load_state_dict(state)
+    except RuntimeError as e:
+        first = str(e).strip().splitlines()[0]
+        raise ValueError(
+            f"warm start {info.get('path', '(just trained)')} does not fit the model ({first[:160]}); delete that "
+            f"cache entry to train it again"
+        ) from None
