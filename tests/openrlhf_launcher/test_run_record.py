@@ -16,7 +16,11 @@ def test_runner_writes_the_openrlhf_result_once(tmp_path, monkeypatch):
     run_dir = tmp_path / "run"
     envs, records = [], []
 
-    def fake_launch(cmd, env, stdout, stderr):  # what the launcher leaves behind: metrics and an eval
+    real_run = subprocess.run
+
+    def fake_launch(cmd, env=None, stdout=None, stderr=None, **kw):  # what the launcher leaves: metrics and an eval
+        if "harness.backends.openrlhf.launch" not in cmd:  # anything else (provenance's git) runs for real
+            return real_run(cmd, env=env, stdout=stdout, stderr=stderr, **kw)
         envs.append(env)
         for step in range(1, 16):
             bridge.append_metrics(run_dir, {"step": step, "entropy": 1.0 - step / 20, "reward/mean": step / 10})
