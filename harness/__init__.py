@@ -31,11 +31,13 @@ _LAZY = {
         "LossOutput",
         "Method",
         "MethodBase",
+        "PPOClipMethod",
         "TokenLoss",
         "get_method",
         "hparam",
         "list_advantages",
         "list_methods",
+        "option",
         "ppo_clip_token_loss",
         "register_advantage",
         "register_method",
@@ -51,19 +53,4 @@ def __getattr__(name: str):
     raise AttributeError(f"module 'harness' has no attribute {name!r}")
 
 
-__all__ = [
-    "ADVANTAGES",
-    "METHODS",
-    "HyperparameterError",
-    "LossOutput",
-    "Method",
-    "TokenLoss",
-    "entropy_from_logits",
-    "get_method",
-    "hparam",
-    "list_advantages",
-    "list_methods",
-    "ppo_clip_token_loss",
-    "register_advantage",
-    "register_method",
-]
+__all__ = sorted(_LAZY)
