@@ -154,6 +154,19 @@ class LoggingConfig:
     wandb_project: str = _opt("entropy-harness", kind=str, measures=False)
     wandb_mode: str = _opt("offline", kind=str, choices=("offline", "online", "disabled"), measures=False)
     progress: bool = _opt(True, kind=bool, measures=False, help="tqdm progress bar")
+    wandb_entity: str | None = _opt(
+        None, kind="str?", measures=False, late=True, help="W&B entity (team or user); default: the account's"
+    )
+    wandb_group: str | None = _opt(
+        None, kind="str?", measures=False, late=True, help="W&B group; a sweep sets it to the sweep's name"
+    )
+    wandb_tags: list = _opt(
+        [],
+        kind=list,
+        measures=False,
+        late=True,
+        help="extra W&B tags; every run is tagged method:, model:, size: (when the name carries it), seed:",
+    )
 
 
 @dataclass
