@@ -115,7 +115,8 @@ def test_tensorboard_sink_gets_the_metrics(tiny, tmp_path):
     tiny["eval"]["every"] = 0
     tiny["logging"]["tensorboard"] = True
     run(load_config(tiny), tmp_path, quiet=True)
-    acc = EventAccumulator(str(tmp_path / "tensorboard"))
+    (attempt,) = (tmp_path / "tensorboard").iterdir()  # one folder per tracker run (harness/tracking.py)
+    acc = EventAccumulator(str(attempt))
     acc.Reload()
     tags = set(acc.Tags()["scalars"])
     assert {"entropy", "reward/mean", "cov/term", "eval/countdown/avg@2"} <= tags

@@ -40,6 +40,7 @@ from harness.io import (
     write_jsonl,
 )
 from harness.records import RunResult, SuiteResult, summarize_metrics, task_label
+from harness.tracking import CHECKPOINT_KEY, Trackers
 
 from . import models
 from .generate import Batch, concat_batches, generate, token_logprobs
@@ -244,7 +245,7 @@ class PocketTrainer:
             for p in self.ref.parameters():
                 p.requires_grad_(False)
             self.aux_opt = torch.optim.AdamW(self.aux_model.parameters(), lr=self.aux.lr, weight_decay=0.0, fused=fused)
-        self.sinks = _make_sinks(cfg, self.run_dir)
+        self.trackers = Trackers.open(cfg, self.run_dir, self.resume_blob)  # a fresh tracker run unless resuming
 
     # ------------------------------------------------------------------------------------ checkpoints
     def save_checkpoint(self, step: int) -> None:
@@ -260,6 +261,7 @@ class PocketTrainer:
             "method_state": self.method.state_dict(),
             "threads": self.cfg.train.threads,
             "metrics": list(self.rows),  # rows of steps 1..step: what metrics.jsonl holds again on resume
+            CHECKPOINT_KEY: self.trackers.checkpoint_state(),  # the attempt resuming from here reuses its tracker run
         }
         if self.aux is not None:  # keys "<name>", "<name>_opt", "ref" (PRIME: prm, prm_opt, as before)
             blob.update(
@@ -637,6 +639,7 @@ class PocketTrainer:
                 self.maybe_resume()
                 if self.start_step == 0 and ev_every > 0:
                     last_eval = self.evaluate(0)
+                    self.trackers.log_eval(last_eval)
         except KeyboardInterrupt as e:
             self.log(
                 f"interrupted during set-up ({e or 'SIGINT'}), before step {self.start_step + 1}; nothing trained. "
@@ -676,8 +679,7 @@ class PocketTrainer:
                     self.method.on_step_end(row)  # adaptive methods update their state from the step's row
                     append_jsonl(metrics_path, row)  # flushed before this step's checkpoint, which carries it
                     self.rows.append(json_row(row))
-                    for sink in self.sinks:
-                        sink.log(row, step)
+                    self.trackers.log(row, step)
                     if (ck_every > 0 and step % ck_every == 0) or step == steps:
                         self.save_checkpoint(step)
                     bar.update(1)
@@ -698,8 +700,8 @@ class PocketTrainer:
             raise
         finally:
             bar.close()
-            for sink in self.sinks:
-                sink.close()
+            if step < steps:  # stopped early: no final summary to log
+                self.trackers.close()
         rows = read_jsonl(metrics_path)
         if last_eval is None or last_eval["step"] != step:
             last_eval = self.evaluate(step)
@@ -711,7 +713,7 @@ class PocketTrainer:
 
             write_task_spec(export_hf(self.model, self.tok, self.run_dir / "model"), cfg, step)
             self.log(f"model exported to {self.run_dir / 'model'} (harness eval --model {self.run_dir / 'model'})")
-        return RunResult(
+        result = RunResult(
             method=cfg.method_name,
             advantage=self.method.advantage,
             method_config=self.method.to_config(),
@@ -725,6 +727,8 @@ class PocketTrainer:
             timing={**{k: round(v, 3) for k, v in self.timing.items()}, "peak_rss_mb": peak_rss_mb()},
             extra={"warm_start": self.warm_info},
         )
+        self.trackers.finish(cfg, result, step)  # the final summary and eval results
+        return result
 
     def timing_line(self, step: int) -> str:
         t = self.timing
@@ -735,49 +739,6 @@ class PocketTrainer:
         )
 
 
-# ---------------------------------------------------------------------------------------------- sinks
-class _TensorBoard:
-    def __init__(self, run_dir: Path):
-        from torch.utils.tensorboard import SummaryWriter
-
-        self.w = SummaryWriter(log_dir=str(run_dir / "tensorboard"))
-
-    def log(self, row: dict, step: int):
-        for k, v in row.items():
-            if k != "step" and isinstance(v, (int, float)) and not isinstance(v, bool):
-                self.w.add_scalar(k, v, step)
-
-    def close(self):
-        self.w.flush()
-        self.w.close()
-
-
-class _WandB:
-    def __init__(self, cfg: RunConfig, run_dir: Path):
-        import wandb
-
-        self.wandb = wandb
-        self.run = wandb.init(
-            project=cfg.logging.wandb_project,
-            mode=cfg.logging.wandb_mode,
-            dir=str(run_dir),
-            name=cfg.name or cfg.run_id(),
-            id=cfg.run_id(),
-            resume="allow",
-            config=cfg.to_dict(),
-        )
-
-    def log(self, row: dict, step: int):
-        self.run.log({k: v for k, v in row.items() if k != "step"}, step=step)
-
-    def close(self):
-        self.run.finish()
-
-
-def _make_sinks(cfg: RunConfig, run_dir: Path) -> list:
-    sinks = []
-    if cfg.logging.tensorboard:
-        sinks.append(_TensorBoard(run_dir))
-    if cfg.logging.wandb and cfg.logging.wandb_mode != "disabled":
-        sinks.append(_WandB(cfg, run_dir))
-    return sinks
+def _make_sinks(cfg: RunConfig, run_dir: Path) -> Trackers:
+    """The run's trackers as an iterable of sinks (``log``, ``close``); harness.tracking has the full interface."""
+    return Trackers.open(cfg, run_dir)
