@@ -89,6 +89,13 @@ class TrainConfig:
         help="pocket: after each step's updates, one no-grad forward over the trained batch logs "
         "entropy/update_delta, the entropy change the update caused on the same states (Theorem 1)",
     )
+    optimizer: str = _opt(
+        "adamw",
+        kind=str,
+        choices=("adamw", "adamw_b1_0", "sgd"),
+        late=True,
+        help="pocket: adamw (betas 0.9, 0.999), adamw_b1_0 (no momentum) or sgd (plain, no momentum)",
+    )
     checkpoint_every: int = _opt(
         10, kind=int, min=0, measures=False, help="steps between checkpoints; 0 = only at the end"
     )
@@ -296,10 +303,12 @@ def parse_override(text: str) -> tuple[list[str], Any]:
     key = key.strip()
     if not key or any(not p for p in key.split(".")):
         raise ConfigError(f"override {text!r}: bad key path {key!r}")
+    from harness.io import load_yaml, yaml_problem
+
     try:
-        value = yaml.safe_load(raw) if raw.strip() else ""
+        value = load_yaml(raw) if raw.strip() else ""
     except yaml.YAMLError as e:
-        raise ConfigError(f"override {text!r}: value is not valid YAML ({e.__class__.__name__})") from None
+        raise ConfigError(f"override {text!r}: value is not valid YAML ({yaml_problem(e)})") from None
     return key.split("."), value
 
 

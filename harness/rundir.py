@@ -116,9 +116,15 @@ class RunDirLock:
     def acquire(self) -> RunDirLock:
         from harness.io import file_mode
 
-        self.run_dir.mkdir(parents=True, exist_ok=True)
         path = self.run_dir / LOCK_FILE
-        fd = os.open(path, os.O_RDWR | os.O_CREAT, file_mode())
+        try:
+            self.run_dir.mkdir(parents=True, exist_ok=True)
+            fd = os.open(path, os.O_RDWR | os.O_CREAT, file_mode())
+        except OSError as e:  # a read-only or foreign directory: one line naming it
+            raise ValueError(
+                f"run directory {self.run_dir}: cannot write there ({e.strerror or e}); a trainer writes its run "
+                f"directory, use one you can write to"
+            ) from None
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:

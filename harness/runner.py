@@ -22,13 +22,22 @@ import os
 import sys
 import time
 import traceback
+from dataclasses import dataclass
 from pathlib import Path
 
 import yaml
 
 from harness import provenance
 from harness.config import RunConfig, diff_configs, load_config, run_id_of
-from harness.io import atomic_write_json, atomic_write_text, read_jsonl, repair_jsonl
+from harness.io import (
+    atomic_write_json,
+    atomic_write_text,
+    load_yaml,
+    read_jsonl,
+    read_text,
+    repair_jsonl,
+    yaml_problem,
+)
 from harness.records import SCHEMA_VERSION, RunResult, result_payload, task_label  # noqa: F401  (SCHEMA_VERSION re-exported)
 
 RUN_FILES = (
@@ -56,8 +65,11 @@ class RunLog:
     def __call__(self, msg: str) -> None:
         if not self.quiet:
             print(msg, file=sys.stderr, flush=True)
-        with open(self.path, "a") as f:
-            f.write(f"{time.strftime('%Y-%m-%d %H:%M:%S')} {msg}\n")
+        try:
+            with open(self.path, "a") as f:
+                f.write(f"{time.strftime('%Y-%m-%d %H:%M:%S')} {msg}\n")
+        except OSError:  # a full disk: the line was printed; the run's own error says what failed
+            pass
 
 
 def _archive(run_dir: Path, old_id: str) -> Path | None:
@@ -73,27 +85,68 @@ def _archive(run_dir: Path, old_id: str) -> Path | None:
 
 
 def read_result(run_dir: str | os.PathLike) -> dict | None:
+    """``result.json`` as a dict; None when it is absent or unreadable (``result_state`` tells which)."""
+    return result_state(Path(run_dir))[0]
+
+
+def result_state(run_dir: Path) -> tuple[dict | None, str | None]:
+    """``(result, problem)``: the parsed ``result.json`` (None when absent or unreadable) and why it could not be
+    read (None when absent or fine)."""
     import json
 
-    p = Path(run_dir) / "result.json"
+    p = run_dir / "result.json"
     if not p.exists():
-        return None
+        return None, None
     try:
-        return json.loads(p.read_text())
-    except json.JSONDecodeError:
-        return None
+        data = json.loads(read_text(p))
+    except (ValueError, OSError) as e:
+        return None, str(e).splitlines()[0] if str(e) else type(e).__name__
+    return (data, None) if isinstance(data, dict) else (None, "not a JSON object")
 
 
-def prepare_run_dir(cfg: RunConfig, run_dir: Path, force: bool = False, log=print) -> str:
-    """Check/claim ``run_dir`` for ``cfg``. Returns 'done' (same config already completed) or 'go'."""
-    run_dir.mkdir(parents=True, exist_ok=True)
-    cfg_path = run_dir / "config.yaml"
+def run_content(run_dir: Path) -> list[str]:
+    """The files that make ``run_dir`` some run's: result.json, metrics.jsonl, a non-empty checkpoints/, eval
+    results of training steps (eval/step_<N>.json)."""
+    out = [n for n in ("result.json", "metrics.jsonl") if (run_dir / n).exists()]
+    if (run_dir / "checkpoints").is_dir() and any((run_dir / "checkpoints").iterdir()):
+        out.append("checkpoints/")
+    if any((run_dir / "eval").glob("step_*.json")):
+        out.append("eval/step_*.json")
+    return out
+
+
+@dataclass
+class RunDirPlan:
+    """What ``check_run_dir`` decided: ``done`` (the same run finished) or ``train``; with ``--force`` the old
+    files to move to ``replaced/<archive>-<time>``; ``aside`` labels a failed or unreadable result.json to keep."""
+
+    action: str
+    archive: str | None = None
+    aside: str | None = None
+    problem: str | None = None
+
+
+def check_run_dir(cfg: RunConfig, run_dir: Path, force: bool = False, backend=None) -> RunDirPlan:
+    """Compare what ``run_dir`` holds (config.yaml, checkpoint lineage, result.json) with ``cfg`` without writing
+    anything: a refusal (``ValueError``) changes no file. The backend checks its checkpoints
+    (``Backend.check_resume``: another run's, one past ``train.steps``, another thread count)."""
     new_id = cfg.run_id()
+    cfg_path = run_dir / "config.yaml"
+    old = None
     if cfg_path.exists():
         try:
-            old = yaml.safe_load(cfg_path.read_text()) or {}
-        except yaml.YAMLError:
-            old = {"<unreadable config.yaml>": True}
+            old = load_yaml(read_text(cfg_path))
+            if not isinstance(old, dict):
+                raise ValueError("not a mapping")
+        except (ValueError, yaml.YAMLError) as e:
+            problem = yaml_problem(e) if isinstance(e, yaml.YAMLError) else str(e).removeprefix(f"{cfg_path}: ")
+            if not force:
+                raise ValueError(
+                    f"run directory {run_dir}: its config.yaml is unreadable ({problem}), so what it holds cannot "
+                    f"be checked against this run ({new_id}). Use another --run-dir, or "
+                    f"--force to move its files to {run_dir}/replaced/"
+                ) from None
+            return RunDirPlan("train", archive="unreadable-config")
         old_id = run_id_of(old)
         if old_id != new_id:
             if not force:
@@ -103,21 +156,53 @@ def prepare_run_dir(cfg: RunConfig, run_dir: Path, force: bool = False, log=prin
                     f"run directory {run_dir} holds a different config (run {old_id}, this is {new_id}): "
                     f"{shown}. Use another --run-dir, or --force to move the old run to {run_dir}/replaced/"
                 )
-            dest = _archive(run_dir, old_id)
-            log(f"--force: moved the previous run ({old_id}) to {dest}")
-        else:
-            res = read_result(run_dir)
-            if res and res.get("status") in FINISHED:
-                if not force:
-                    return "done"
-                dest = _archive(run_dir, old_id)
-                log(f"--force: moved the completed run to {dest}; training again from scratch")
-            elif res:  # a failed attempt: keep its result aside and resume
-                os.replace(
-                    run_dir / "result.json",
-                    run_dir / f"result.{res.get('status', 'old')}-{time.strftime('%Y%m%d-%H%M%S')}.json",
-                )
-    atomic_write_text(cfg_path, cfg.to_yaml())
+            return RunDirPlan("train", archive=old_id)
+    elif run_content(run_dir):
+        if not force:
+            raise ValueError(
+                f"run directory {run_dir} holds {', '.join(run_content(run_dir))} but no config.yaml, so they "
+                f"cannot be checked against this run ({new_id}). Use another --run-dir, or --force to move them to "
+                f"{run_dir}/replaced/"
+            )
+        return RunDirPlan("train", archive="no-config")
+    result, problem = result_state(run_dir)
+    if result is not None and result.get("status") in FINISHED:
+        return RunDirPlan("train", archive=new_id) if force else RunDirPlan("done")
+    check = getattr(backend, "check_resume", None)
+    if check is not None:
+        check(cfg, run_dir, old)
+    if problem is not None:
+        return RunDirPlan("train", aside="unreadable", problem=problem)
+    return RunDirPlan("train", aside=str(result.get("status") or "old") if result is not None else None)
+
+
+def apply_plan(plan: RunDirPlan, cfg: RunConfig, run_dir: Path, log=print) -> None:
+    """Carry out a checked plan: move old files aside (kept, never deleted), cut a torn metrics line, and write
+    the resolved config.yaml."""
+    if plan.archive:
+        dest = _archive(run_dir, plan.archive)
+        log(f"--force: moved the previous run ({plan.archive}) to {dest}; training from scratch")
+    elif plan.aside:  # a failed (or unreadable) attempt: keep its result aside and resume
+        dest = run_dir / f"result.{plan.aside}-{time.strftime('%Y%m%d-%H%M%S')}.json"
+        os.replace(run_dir / "result.json", dest)
+        if plan.problem:
+            log(f"warning: {run_dir / 'result.json'} is unreadable ({plan.problem}); kept as {dest.name}, resuming")
+    lost = repair_jsonl(run_dir / "metrics.jsonl")
+    if lost:
+        log(
+            f"warning: {run_dir / 'metrics.jsonl'} ended in a torn line (a killed writer); cut its last {lost} "
+            f"bytes, every complete line kept"
+        )
+    atomic_write_text(run_dir / "config.yaml", cfg.to_yaml())
+
+
+def prepare_run_dir(cfg: RunConfig, run_dir: Path, force: bool = False, log=print, backend=None) -> str:
+    """Check ``run_dir`` against ``cfg``, then claim it: 'done' (the same run finished; nothing written) or 'go'."""
+    run_dir.mkdir(parents=True, exist_ok=True)
+    plan = check_run_dir(cfg, run_dir, force, backend)
+    if plan.action == "done":
+        return "done"
+    apply_plan(plan, cfg, run_dir, log)
     return "go"
 
 
@@ -161,17 +246,13 @@ def run(config, run_dir: str | os.PathLike, force: bool = False, quiet: bool = F
 def _run_locked(cfg: RunConfig, run_dir: Path, force: bool, quiet: bool) -> dict:
     from harness.backends import get_backend
 
+    backend = get_backend(cfg.backend)
+    plan = check_run_dir(cfg, run_dir, force, backend)  # every refusal happens here, before any file changes
     log = RunLog(run_dir, quiet=quiet)
-    lost = repair_jsonl(run_dir / "metrics.jsonl")
-    if lost:
-        log(
-            f"warning: {run_dir / 'metrics.jsonl'} ended in a torn line (a killed writer); cut its last {lost} "
-            f"bytes, every complete line kept"
-        )
-    if prepare_run_dir(cfg, run_dir, force, log) == "done":
+    if plan.action == "done":
         log(f"{run_dir}: already completed (run {cfg.run_id()}); --force to train again")
         return read_result(run_dir)
-    backend = get_backend(cfg.backend)
+    apply_plan(plan, cfg, run_dir, log)
     t0 = time.time()
     log(f"run {cfg.run_id()}: {cfg.method_name} on {cfg.model.name} / {cfg.task.name}, seed {cfg.seed} -> {run_dir}")
 
@@ -188,19 +269,17 @@ def _run_locked(cfg: RunConfig, run_dir: Path, force: bool, quiet: bool) -> dict
     except KeyboardInterrupt:
         raise
     except Exception as e:
-        write_result(
-            run_dir,
-            payload(
-                "failed",
-                {
-                    "method": cfg.method_name,
-                    "model": cfg.model.name,
-                    "seed": cfg.seed,
-                    "error": f"{type(e).__name__}: {e}",
-                    "traceback": traceback.format_exc()[-4000:],
-                },
-            ),
-        )
+        failed = {
+            "method": cfg.method_name,
+            "model": cfg.model.name,
+            "seed": cfg.seed,
+            "error": f"{type(e).__name__}: {e}",
+            "traceback": traceback.format_exc()[-4000:],
+        }
+        try:
+            write_result(run_dir, payload("failed", failed))
+        except (OSError, ValueError) as write_error:  # e.g. the disk is still full: the run's own error matters
+            log(f"warning: could not record the failure in result.json ({write_error})")
         raise
     fields["provenance"] = provenance.collect(datasets=fields.pop("datasets", None) or task_datasets(cfg))
     fields["updates"] = updates = count_updates(run_dir, cfg.train.steps)

@@ -42,6 +42,11 @@ class Backend:
         """Train one run into ``run_dir``, resuming from its checkpoints; return a ``harness.records.RunResult``."""
         raise NotImplementedError(f"backend {self.name!r} has no train()")
 
+    def check_resume(self, config, run_dir: Path, old_config: dict | None = None) -> None:
+        """Refuse (``ValueError``) what this run must not continue from ``run_dir``'s checkpoints (another run's, one
+        past ``train.steps``, settings that change the numbers); called before anything there is written.
+        ``old_config`` is the directory's config.yaml (None when absent). Default: nothing to check."""
+
     def launch_command(self, config, run_dir: Path) -> str:
         """The shell command that trains this run (``--dry-run`` prints it; a sweep job runs it)."""
         return harness_train_command(run_dir)

@@ -188,7 +188,8 @@ def test_corrupt_checkpoint_is_moved_aside_and_the_run_trains_from_the_start(tmp
 def test_foreign_checkpoint_is_refused(tmp_path, capsys):
     cfg, rd, other = cfg_file(tmp_path, steps=2), tmp_path / "rd", tmp_path / "other"
     assert main(["train", str(cfg), "seed=1", "--run-dir", str(other)]) == 0  # another run (a longer one is not)
-    (rd / "checkpoints").mkdir(parents=True)
+    assert main(["train", str(cfg), "--run-dir", str(rd)]) == 0
+    os.unlink(rd / "result.json")
     os.replace(other / "checkpoints" / "latest.pt", rd / "checkpoints" / "latest.pt")
     capsys.readouterr()
     assert main(["train", str(cfg), "--run-dir", str(rd)]) != 0

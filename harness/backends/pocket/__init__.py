@@ -23,6 +23,11 @@ class PocketBackend(Backend):
 
         return PocketTrainer(config, run_dir, log=log).run()
 
+    def check_resume(self, config, run_dir, old_config=None) -> None:
+        from .trainer import check_resume
+
+        check_resume(config, Path(run_dir), old_config)
+
     def export(self, config, run_dir, out=None) -> Path:
         """The last checkpoint as a model directory: ``out``, else ``RUN/export/step_<N>`` (made once, reused)."""
         from .export import export_run
