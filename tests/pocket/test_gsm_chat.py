@@ -78,8 +78,8 @@ def test_chat_tokenizer_renders_and_finds_end_of_turn():
     assert tok.encode_prompt("1+1=") == hf("<bos>user:1+1=<unk><bos>assistant:", add_special_tokens=False)["input_ids"]
     plain = ChatTokenizer(hf, "none", stop=["?"])
     assert plain.render("1+1=") == "1+1=" and plain.stop_ids == [hf.eos_token_id, hf.convert_tokens_to_ids("?")]
-    with pytest.raises(ConfigError, match="single-token"):
-        ChatTokenizer(hf, "none", stop=["ab"])
+    multi = ChatTokenizer(hf, "none", stop=["ab", "?"])  # several tokens: matched in the text by the sampler
+    assert multi.stop_ids == plain.stop_ids and multi.stop_strings.strings == ("ab",)
 
 
 def test_generation_stops_on_any_stop_id():

@@ -2,8 +2,12 @@
 
 Own loop instead of ``model.generate`` so sampling draws from an explicit ``torch.Generator`` (bit-for-bit
 reproducible and resumable) and left padding gets correct position ids. Models that ``fast.supports``
-(the pocket sizes) run through ``fast.FastQwen2`` (same parameters, far fewer ops); everything else, and
-``reference=True``, runs the transformers forward, which the tests hold the fast path to.
+(the pocket sizes, Qwen2 and Llama checkpoints such as SmolLM2) run through ``fast.FastDecoder`` (same
+parameters, far fewer ops; log-probs through the LM head in vocabulary chunks, ``chunked.py``); everything else,
+and ``reference=True``, runs the transformers forward, which the tests hold the fast path to.
+Sampling draws from ``sampling_logits``: temperature, then top-k, then top-p, with the arithmetic of the
+transformers logits warpers (tests/pocket/test_sampling.py holds it to them). A response ends at a stop id or,
+with ``stop_strings``, at the token that completes one of them in its decoded text.
 """
 
 from __future__ import annotations
@@ -14,6 +18,7 @@ from dataclasses import dataclass
 import torch
 
 from . import fast as _fast
+from .chunked import head_logprobs
 
 _FAST: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
@@ -27,14 +32,14 @@ def use_reference_path(on: bool = True) -> None:
 
 
 def fast_path(model, reference: bool = False):
-    """The model's ``FastQwen2`` (built once per model), or None where the HF forward must run."""
+    """The model's ``FastDecoder`` (built once per model), or None where the HF forward must run."""
     if reference or _REFERENCE["on"]:
         return None
-    if model.get_input_embeddings().weight.dtype != torch.float32:
-        return None  # HF runs RMSNorm/RoPE in float32 for half-precision models; the fast path is float32 only
+    if model.get_input_embeddings().weight.dtype not in (torch.float32, torch.float64):
+        return None  # HF runs RMSNorm/RoPE in float32 for half-precision models; the fast path does not
     f = _FAST.get(model)
     if f is None and _fast.supports(model):
-        f = _FAST[model] = _fast.FastQwen2(model)
+        f = _FAST[model] = _fast.FastDecoder(model)
     return f
 
 
@@ -90,17 +95,66 @@ def _positions(att: torch.Tensor) -> torch.Tensor:
     return (att.cumsum(-1) - 1).clamp(min=0)
 
 
-def _sample(logits: torch.Tensor, temperature: float, top_p: float, generator, greedy: bool) -> torch.Tensor:
+def sampling_logits(logits: torch.Tensor, temperature: float, top_p: float = 1.0, top_k: int = 0) -> torch.Tensor:
+    """The logits the sampler draws from (softmax of them): float32 logits / T, then top-k, then top-p, with
+    the arithmetic of transformers' TemperatureLogitsWarper, TopKLogitsWarper and TopPLogitsWarper (removed
+    tokens get -inf; at least one token is kept)."""
+    z = logits.float() / temperature
+    if top_k and top_k < z.shape[-1]:
+        z = z.masked_fill(z < torch.topk(z, top_k).values[..., -1:], float("-inf"))
+    if top_p < 1.0:
+        sz, si = torch.sort(z, descending=False)
+        drop = sz.softmax(dim=-1).cumsum(dim=-1) <= (1 - top_p)
+        drop[..., -1:] = False
+        z = z.masked_fill(drop.scatter(-1, si, drop), float("-inf"))
+    return z
+
+
+MULTINOMIAL_MAX_VOCAB = 4096  # above: inverse-CDF draws (torch.multinomial costs 36 ms per step at 16 x 49k)
+
+
+def draw(probs: torch.Tensor, generator) -> torch.Tensor:
+    """One index per row of ``probs`` (B, V), drawn with probability ``probs``. Small vocabularies use
+    ``torch.multinomial`` (the draws of every earlier pocket run); large ones one uniform per row against the
+    cumulative sum (the same distribution; zero-probability entries are never drawn)."""
+    if probs.shape[-1] <= MULTINOMIAL_MAX_VOCAB:
+        return torch.multinomial(probs, 1, generator=generator).squeeze(-1)
+    cdf = probs.cumsum(-1)
+    u = torch.rand((probs.shape[0], 1), generator=generator, device=probs.device, dtype=cdf.dtype)
+    return torch.searchsorted(cdf, u * cdf[:, -1:], right=True).squeeze(-1).clamp(max=probs.shape[-1] - 1)
+
+
+def _sample(logits, temperature: float, top_p: float, generator, greedy: bool, top_k: int = 0) -> torch.Tensor:
     if greedy or temperature == 0:
         return logits.argmax(-1)
-    probs = torch.softmax(logits.float() / temperature, dim=-1)
-    if top_p < 1.0:
-        sp, si = probs.sort(-1, descending=True)
-        keep = sp.cumsum(-1) - sp < top_p
-        sp = sp * keep
-        choice = torch.multinomial(sp / sp.sum(-1, keepdim=True), 1, generator=generator)
-        return si.gather(-1, choice).squeeze(-1)
-    return torch.multinomial(probs, 1, generator=generator).squeeze(-1)
+    return draw(torch.softmax(sampling_logits(logits, temperature, top_p, top_k), dim=-1), generator)
+
+
+class StopStrings:
+    """Multi-token stop strings: a row is done at the token that completes one of ``strings`` in its decoded
+    response (checked every step on the last few tokens, so the first occurrence ends it; the string stays in
+    the response, as with transformers' ``stop_strings``)."""
+
+    def __init__(self, strings, decode):
+        self.strings = tuple(s for s in strings if s)
+        self.decode = decode
+        self.window = max((len(s) for s in self.strings), default=0) + 8  # tokens: each decodes to >= 1 char
+
+    def __bool__(self) -> bool:
+        return bool(self.strings)
+
+    def hits(self, tokens: list, active: torch.Tensor) -> torch.Tensor:
+        """(B,) bool: rows of ``active`` whose response (``tokens``, a list of (B,) steps) now holds a string."""
+        out = torch.zeros_like(active)
+        rows = active.nonzero().squeeze(-1).tolist()
+        if not rows:
+            return out
+        recent = torch.stack(tokens[-self.window :], dim=1)[rows].tolist()
+        for r, ids in zip(rows, recent):
+            text = self.decode(ids)
+            if any(s in text for s in self.strings):
+                out[r] = True
+        return out
 
 
 def _distinct_rows(prompts: list[list[int]]) -> tuple[list[int], list[int]]:
@@ -115,11 +169,16 @@ def _distinct_rows(prompts: list[list[int]]) -> tuple[list[int], list[int]]:
     return first, inverse
 
 
+def _upcast(logits: torch.Tensor) -> torch.Tensor:
+    """Half-precision logits to float32 (float32/float64 stay as they are)."""
+    return logits.float() if logits.dtype in (torch.float16, torch.bfloat16) else logits
+
+
 def _record(logits: torch.Tensor, nxt: torch.Tensor, temperature: float):
     """(log-prob of ``nxt`` at ``temperature``, T=1 entropy) from one decoding step's raw logits."""
-    ls1 = torch.log_softmax(logits.float(), dim=-1)
+    ls1 = torch.log_softmax(_upcast(logits), dim=-1)
     ent = -(ls1.exp() * ls1).sum(-1)
-    ls = ls1 if temperature == 1.0 else torch.log_softmax(logits.float() / temperature, dim=-1)
+    ls = ls1 if temperature == 1.0 else torch.log_softmax(_upcast(logits) / temperature, dim=-1)
     return ls.gather(-1, nxt[:, None]).squeeze(-1), ent
 
 
@@ -133,16 +192,19 @@ def generate(
     pad_id: int,
     temperature: float = 1.0,
     top_p: float = 1.0,
+    top_k: int = 0,
     greedy: bool = False,
     generator=None,
     chunk_size: int | None = None,
     with_logprobs: bool = False,
     reference: bool = False,
+    stop_strings: StopStrings | None = None,
 ) -> Batch:
     """Sample one response per prompt (repeat prompts for n samples); stops at EOS or ``max_new_tokens``.
 
+    ``eos_id``: one id or several stop ids; ``stop_strings``: multi-token stop strings (``StopStrings``).
     ``with_logprobs`` (fast path only): the Batch also carries each sampled token's log-prob at
-    ``temperature`` and the T=1 entropy, from the sampling pass itself (eval mode, the same weights).
+    ``temperature`` (without top-k/top-p) and the T=1 entropy, from the sampling pass itself (eval mode).
     """
     if chunk_size and len(prompts) > chunk_size:
         parts = [
@@ -154,10 +216,12 @@ def generate(
                 pad_id=pad_id,
                 temperature=temperature,
                 top_p=top_p,
+                top_k=top_k,
                 greedy=greedy,
                 generator=generator,
                 with_logprobs=with_logprobs,
                 reference=reference,
+                stop_strings=stop_strings,
             )
             for i in range(0, len(prompts), chunk_size)
         ]
@@ -202,7 +266,7 @@ def generate(
     done = torch.zeros(B, dtype=torch.bool, device=device)
     tokens, mask, lps, ents = [], [], [], []
     for t in range(max_new_tokens):
-        nxt = _sample(logits, temperature, top_p, generator, greedy).to(device)
+        nxt = _sample(logits, temperature, top_p, generator, greedy, top_k).to(device)
         nxt = torch.where(done, torch.full_like(nxt, pad_id), nxt)
         if record:
             lp, ent = _record(logits, nxt, temperature)
@@ -211,6 +275,8 @@ def generate(
         tokens.append(nxt)
         mask.append(~done)
         done = done | torch.isin(nxt, stop)
+        if stop_strings:
+            done = done | stop_strings.hits(tokens, ~done)
         if bool(done.all()) or t == max_new_tokens - 1:
             break
         logits = advance(nxt)
@@ -324,11 +390,13 @@ def entropy_from_logits(logits: torch.Tensor) -> torch.Tensor:
 def token_logprobs(model, batch: Batch, temperature: float = 1.0, with_entropy: bool = False, reference: bool = False):
     """(log-probs (B,T), entropy (B,T) or None) of the batch's response tokens at ``temperature``; 0 on padding.
 
-    The fast path trims all-padding columns first and takes log-probs and entropy from one log-softmax
-    (entropy = -sum p log p); ``reference=True`` is the transformers forward + ``harness.ops`` entropy.
+    The fast path trims all-padding columns, runs the decoder up to the final norm and puts only the valid
+    response positions through the LM head, in vocabulary chunks (``chunked.head_logprobs``: no (B, T, V)
+    logits); ``reference=True`` is the transformers forward + log_softmax + ``harness.ops`` entropy.
     """
-    if fast_path(model, reference) is None:
-        logits = response_logits(model, batch, reference=True).float()
+    f = fast_path(model, reference)
+    if f is None:
+        logits = _upcast(response_logits(model, batch, reference=True))
         if temperature != 1.0:
             logits = logits / temperature
         logp = torch.log_softmax(logits, dim=-1).gather(-1, batch.responses[..., None]).squeeze(-1)
@@ -336,14 +404,17 @@ def token_logprobs(model, batch: Batch, temperature: float = 1.0, with_entropy: 
         ent = entropy_from_logits(logits) * batch.mask if with_entropy else None
         return logp, ent
     small, T = _trim(batch)
-    logits = response_logits(model, small).float()
-    if temperature != 1.0:
-        logits = logits / temperature
-    ls = torch.log_softmax(logits, dim=-1)
-    logp = ls.gather(-1, small.responses[..., None]).squeeze(-1) * small.mask
-    ent = -(ls.exp() * ls).sum(-1) * small.mask if with_entropy else None
-    if small.mask.shape[1] < T:
-        pad = T - small.mask.shape[1]
-        logp = torch.nn.functional.pad(logp, (0, pad))
-        ent = torch.nn.functional.pad(ent, (0, pad)) if ent is not None else None
+    Ts = small.responses.shape[1]
+    h = f.hidden(small.input_ids, small.attention_mask, keep=Ts + 1)[:, :Ts]
+    valid = small.mask.bool()
+    lp_v, ent_v = head_logprobs(h[valid], model.lm_head.weight, small.responses[valid], temperature, with_entropy)
+    logp = _scatter(valid, lp_v, T)
+    ent = _scatter(valid, ent_v, T) if with_entropy else None
     return logp, ent
+
+
+def _scatter(valid: torch.Tensor, values: torch.Tensor, width: int) -> torch.Tensor:
+    """(B, width) zeros holding ``values`` at the True positions of ``valid`` (B, <= width); differentiable."""
+    out = values.new_zeros((valid.shape[0], width))
+    full = torch.nn.functional.pad(valid, (0, width - valid.shape[1]))
+    return out.masked_scatter(full, values)

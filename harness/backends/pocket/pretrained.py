@@ -2,13 +2,15 @@
 
 - ``model.name`` may be a ``.gguf`` file or ``pkg://<package>/<file>.gguf`` (transformers de-quantises it to
   ``model.dtype``; its tokenizer and chat template come from the GGUF metadata), a local HF directory or a hub id.
-  Llama-architecture models (SmolLM2) run the HF forward: the pocket fast path (``fast.py``) is Qwen2 only.
+  Llama- and Qwen2-family models (SmolLM2) run the pocket fast path (``fast.py``).
 - ``task.chat_template: auto`` renders each task prompt as one user turn with the tokenizer's chat template
   (``add_generation_prompt=True``) when it has one; ``none`` feeds the raw prompt (pocket tasks, base models).
 - Responses end at the tokenizer's EOS, at the chat template's end-of-turn token when the template is used
   (found by rendering a one-word assistant turn; SmolLM2's GGUF says EOS = ``<|im_start|>`` while its turns end
-  with ``<|im_end|>``), or at any ``task.stop`` string. A stop string must be one token of the tokenizer: the
-  loop stops on token ids, so a multi-token string is refused at start-up (it would need text matching).
+  with ``<|im_end|>``), or at any ``task.stop`` string: one that is a single token of the tokenizer becomes a
+  stop id; a longer one (``"\n\nQuestion:"``, the model starting a new question) is matched in the decoded
+  response by the sampler (``generate.StopStrings``), which ends the response at the token completing it.
+  ``harness eval`` of an exported checkpoint generates with transformers and knows only the stop ids.
 - ``export_hf`` writes ``save_pretrained`` weights + tokenizer with every stop id in ``generation_config``, so
   ``harness eval --model RUN/model`` generates with the same stopping rule as training.
 """
@@ -104,22 +106,22 @@ def end_of_turn_id(hf_tok) -> int | None:
     return int(ids[0]) if ids and ids[0] in special else None
 
 
-def stop_token_id(hf_tok, s: str) -> int:
+def single_token_id(hf_tok, s: str) -> int | None:
+    """The id of ``s`` when the tokenizer encodes it as exactly one token, else None."""
     ids = hf_tok(s, add_special_tokens=False)["input_ids"]
-    if len(ids) != 1:
-        raise ConfigError(
-            f"task.stop: {s!r} is {len(ids)} tokens for this tokenizer; only single-token stop strings "
-            f"are supported (e.g. the chat template's end-of-turn token such as '<|im_end|>')"
-        )
-    return int(ids[0])
+    return int(ids[0]) if len(ids) == 1 else None
 
 
 class ChatTokenizer(TokenizerAdapter):
-    """``TokenizerAdapter`` whose prompts go through the chat template and whose responses stop on several ids.
+    """``TokenizerAdapter`` whose prompts go through the chat template and whose responses stop on several ids
+    and on multi-token stop strings.
 
-    ``eos_id`` stays the tokenizer's EOS (pad fallback, decoding); ``stop_ids`` is what generation stops on."""
+    ``eos_id`` stays the tokenizer's EOS (pad fallback, decoding); ``stop_ids`` and ``stop_strings`` (a
+    ``generate.StopStrings``, empty when every stop string is one token) are what generation stops on."""
 
     def __init__(self, hf_tokenizer, chat_template: str = "auto", stop: list[str] | tuple = ()):
+        from .generate import StopStrings
+
         super().__init__(hf_tokenizer)
         if chat_template not in CHAT_MODES:
             raise ConfigError(f"task.chat_template: {chat_template!r} is not allowed. Allowed: {', '.join(CHAT_MODES)}")
@@ -128,8 +130,10 @@ class ChatTokenizer(TokenizerAdapter):
         eot = end_of_turn_id(hf_tokenizer) if self.chat else None
         if eot is not None:
             ids.append(eot)
-        ids += [stop_token_id(hf_tokenizer, s) for s in stop]
+        one = {s: single_token_id(hf_tokenizer, s) for s in stop}
+        ids += [i for i in one.values() if i is not None]
         self.stop_ids = list(dict.fromkeys(ids))
+        self.stop_strings = StopStrings([s for s, i in one.items() if i is None], self.decode)
 
     def render(self, text: str) -> str:
         if not self.chat:
