@@ -369,6 +369,7 @@ class PocketTrainer:
             generator=generator,
             chunk_size=512,
             with_logprobs=with_logprobs,
+            stop_strings=getattr(self.tok, "stop_strings", None),  # multi-token task.stop strings
         )
 
     def _score(self, batch: Batch, problems, n) -> torch.Tensor:
