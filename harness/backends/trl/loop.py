@@ -16,6 +16,7 @@ import torch
 
 from harness.io import append_jsonl, read_jsonl, write_jsonl
 from harness.records import RunResult, summarize_metrics, task_label
+from harness.tracking import CHECKPOINT_KEY, Trackers
 
 from . import checkpoints, options
 
@@ -101,7 +102,6 @@ class TRLRun:
     def setup(self) -> None:
         import harness
         from harness.backends.pocket.tasks import make_task
-        from harness.backends.pocket.trainer import _make_sinks
 
         require_trl()
         from datasets import Dataset
@@ -122,6 +122,10 @@ class TRLRun:
                 f"{len(self.task.train)} training problems"
             )
         self.resume_from = checkpoints.latest(self.run_dir, self.log)
+        self.resume_state = None
+        if self.resume_from is not None:
+            self.resume_state = checkpoints.read_state(self.resume_from)
+            checkpoints.check_lineage(self.resume_state, cfg, self.resume_from)
         resuming = self.resume_from is not None
         model, self.tok, self.warm_info, self.warm_s = build_policy(cfg, self.task, resuming, self.log)
         model.to(self.device)
@@ -151,16 +155,14 @@ class TRLRun:
             on_checkpoint=self.on_checkpoint,
         )
         self.trainer.timing["warm_start_s"] = self.warm_s
-        self.sinks = _make_sinks(cfg, self.run_dir)
+        self.trackers = Trackers.open(cfg, self.run_dir, self.resume_state)  # a fresh tracker run unless resuming
 
     def resume(self) -> int:
         """Load the harness state of the newest complete checkpoint (transformers loads the rest); trim
         metrics.jsonl to it. Returns the RL step resumed at (0: fresh start)."""
         if self.resume_from is None:
             return 0
-        state = checkpoints.read_state(self.resume_from)
-        checkpoints.check_lineage(state, self.cfg, self.resume_from)
-        tr = self.trainer
+        state, tr = self.resume_state, self.trainer
         self.method.load_state_dict(state.get("method_state", {}))
         tr.prev_entropy = state.get("prev_entropy")
         tr.timing.update(state.get("timing", {}))
@@ -191,8 +193,7 @@ class TRLRun:
                     row[f"eval/{suite}/{mk}"] = mv
         self.method.on_step_end(row)
         append_jsonl(self.metrics_path, row)
-        for sink in self.sinks:
-            sink.log(row, step)
+        self.trackers.log(row, step)
         every = cfg.train.checkpoint_every
         if (every > 0 and step % every == 0) or step == cfg.train.steps or self.stop:
             control.should_save = True
@@ -210,6 +211,7 @@ class TRLRun:
                 "prev_entropy": trainer.prev_entropy,
                 "timing": dict(trainer.timing),
                 "warm_start": self.warm_info,
+                CHECKPOINT_KEY: self.trackers.checkpoint_state(),  # the attempt resuming from here reuses it
             },
         )
         checkpoints.keep_only(self.run_dir, folder)
@@ -238,6 +240,7 @@ class TRLRun:
         self._timing_before = dict(self.trainer.timing)
         if start == 0 and cfg.eval.every > 0:
             self.last_eval = self.evaluate(0)
+            self.trackers.log_eval(self.last_eval)
         try:
             with deferred_interrupts(self.stop):
                 if start < cfg.train.steps:
@@ -248,15 +251,15 @@ class TRLRun:
                 f"{self.run_dir / 'checkpoints'}. Run the same command again to resume."
             )
             raise KeyboardInterrupt from None
-        finally:
-            for sink in self.sinks:
-                sink.close()
+        except BaseException:
+            self.trackers.close()  # stopped early: no final summary to log
+            raise
         rows = read_jsonl(self.metrics_path)
         step = max([int(r["step"]) for r in rows if "step" in r] or [start])
         if self.last_eval is None or self.last_eval["step"] != step:
             self.last_eval = self.evaluate(step)
         t = self.trainer.timing
-        return RunResult(
+        result = RunResult(
             method=cfg.method_name,
             advantage=self.method.advantage,
             method_config=self.method.to_config(),
@@ -270,6 +273,8 @@ class TRLRun:
             timing={**{k: round(v, 3) for k, v in t.items()}, "peak_rss_mb": peak_rss_mb()},
             extra={"warm_start": self.warm_info, "trl_version": options.TRL_VERSION},
         )
+        self.trackers.finish(cfg, result, step)  # the final summary and eval results
+        return result
 
 
 def train(cfg, run_dir, log=print) -> RunResult:
