@@ -65,7 +65,8 @@ def materialise(
     """Write cell.json, config.yaml and launch.sh (idempotent; never touches the run's own files)."""
     d = cell_dir(runs_dir, cell)
     d.mkdir(parents=True, exist_ok=True)
-    config_text = yaml.safe_dump(cell.config, sort_keys=False)
+    config = with_sweep_group(cell.config, sweep)
+    config_text = yaml.safe_dump(config, sort_keys=False)
     cfg_path = d / CONFIG_FILE
     if not cfg_path.exists() or cfg_path.read_text() != config_text:
         atomic_write_text(cfg_path, config_text)
@@ -81,11 +82,22 @@ def materialise(
             "index": cell.index,
         },
     )
-    cmd = command if command is not None else launch_command(cell.config, d)
+    if command is None or (config is not cell.config and config["logging"].get("wandb")):  # the group is a flag
+        command = launch_command(config, d)
+    cmd = command
     atomic_write_text(
         d / LAUNCH_FILE, f"#!/usr/bin/env bash\n# cell {cell.alias} ({cell.id})\n{cmd}\n", executable=True
     )
     return d
+
+
+def with_sweep_group(config: dict, sweep: str) -> dict:
+    """The cell's config with ``logging.wandb_group`` = the sweep's name when the spec left it unset (the trackers'
+    group: harness/tracking.py). Logging measures nothing, so the run id stays the cell's."""
+    logging = config.get("logging")
+    if not sweep or not isinstance(logging, dict) or logging.get("wandb_group"):
+        return config
+    return {**config, "logging": {**logging, "wandb_group": sweep}}
 
 
 def read_cell(d: Path) -> dict:
