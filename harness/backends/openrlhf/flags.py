@@ -352,17 +352,9 @@ def build_plan(config, run_dir: str | os.PathLike) -> LaunchPlan:
     if opts.eval_dataset:
         argv_eval, eval_spec = eval_flags(opts.eval_dataset, _section(cfg, "eval"), max_new)
         argv += argv_eval
-    if logging.get("tensorboard"):
-        argv += ["--logger.tensorboard_dir", os.path.join(run_dir, "tensorboard")]
-    if logging.get("wandb"):
-        argv += [
-            "--logger.wandb.key",
-            "${WANDB_API_KEY}",
-            "--logger.wandb.project",
-            str(logging.get("wandb_project", "entropy-harness")),
-            "--logger.wandb.run_name",
-            Path(run_dir).name,
-        ]
+    from harness.tracking import openrlhf_logger_flags
+
+    argv += openrlhf_logger_flags(logging, run_dir)  # TensorBoard; W&B entity, project, group, run name
     argv = _merge_extra(argv, opts.extra_flags)
 
     plugin = {
