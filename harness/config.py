@@ -89,6 +89,13 @@ class TrainConfig:
         help="pocket: after each step's updates, one no-grad forward over the trained batch logs "
         "entropy/update_delta, the entropy change the update caused on the same states (Theorem 1)",
     )
+    optimizer: str = _opt(
+        "adamw",
+        kind=str,
+        choices=("adamw", "adamw_b1_0", "sgd"),
+        late=True,
+        help="pocket: adamw (betas 0.9, 0.999), adamw_b1_0 (no momentum) or sgd (plain, no momentum)",
+    )
     checkpoint_every: int = _opt(
         10, kind=int, min=0, measures=False, help="steps between checkpoints; 0 = only at the end"
     )

@@ -43,7 +43,7 @@ from harness.records import RunResult, SuiteResult, summarize_metrics, task_labe
 from harness.tracking import CHECKPOINT_KEY, Trackers
 
 from . import models
-from .generate import Batch, concat_batches, generate, token_logprobs
+from .generate import Batch, concat_batches, generate, response_logits, token_logprobs
 from .tasks import make_task
 from .tokenizer import TokenizerAdapter, build_char_tokenizer
 
@@ -116,6 +116,40 @@ def check_resume(cfg: RunConfig, run_dir: Path, old_config: dict | None = None) 
     problem = resume_problem(cfg, blob, path, old_threads if isinstance(old_threads, int) else None)
     if problem:
         raise ValueError(problem)
+
+
+OPTIMIZERS = ("adamw", "adamw_b1_0", "sgd")
+
+
+def make_optimizer(train, params, fused: bool) -> torch.optim.Optimizer:
+    """``train.optimizer``: adamw (betas 0.9, 0.999: the default), adamw_b1_0 (no momentum: each step follows
+    its own batch's gradient, rescaled per parameter) or sgd (plain gradient steps, no momentum: the update whose
+    first-order entropy change Theorem 1 describes for tabular logits)."""
+    if train.optimizer == "sgd":
+        return torch.optim.SGD(params, lr=train.lr, momentum=0.0, weight_decay=train.weight_decay)
+    betas = (0.0, 0.999) if train.optimizer == "adamw_b1_0" else (0.9, 0.999)
+    return torch.optim.AdamW(params, lr=train.lr, betas=betas, weight_decay=train.weight_decay, fused=fused)
+
+
+def vanilla_covariance(adv: torch.Tensor, logp: torch.Tensor, entropy: torch.Tensor, mask: torch.Tensor) -> float:
+    """``cov/vanilla``: token mean of Â·π(a)·(log π(a) + H), the one-sample estimate of Cov_{a~π}(log π(a),
+    π(a)·A(a)) (the plain-gradient form of Theorem 1; ``cov/term`` is the natural-gradient form). π(a) and
+    log π(a) of the sampled token at the training temperature, H the state's T = 1 entropy."""
+    valid = mask.bool()
+    lp = logp.detach().float()
+    term = adv.detach().float() * lp.exp() * (lp + entropy.detach().float())
+    return float(term[valid].mean()) if bool(valid.any()) else float("nan")
+
+
+def first_order_delta(before: torch.Tensor, after: torch.Tensor, mask: torch.Tensor) -> float:
+    """``cov/first_order``: −Cov_{a~π}(log π(a), z'(a) − z(a)) per state, from the logits z before and z' after
+    the step's updates (the exact first-order entropy change of a softmax), averaged like the entropy metric
+    (token mean per response, mean over responses), so it estimates ``entropy/update_delta``."""
+    logp = torch.log_softmax(before, dim=-1)
+    p = logp.exp()
+    dz = after - before
+    cov = (p * logp * dz).sum(-1) - (p * logp).sum(-1) * (p * dz).sum(-1)
+    return float(ops.masked_mean(-cov, mask.float(), dim=-1).mean())
 
 
 def peak_rss_mb() -> float:
@@ -230,13 +264,7 @@ class PocketTrainer:
         self.model.config.use_cache = True
         # fused AdamW: one kernel per tensor instead of ~10 (same update up to float rounding; 2.6x faster here)
         fused = self.device.type in ("cpu", "cuda")
-        self.opt = torch.optim.AdamW(
-            self.model.parameters(),
-            lr=cfg.train.lr,
-            betas=(0.9, 0.999),
-            weight_decay=cfg.train.weight_decay,
-            fused=fused,
-        )
+        self.opt = make_optimizer(cfg.train, self.model.parameters(), fused)
         self.aux = self.method.auxiliary_model()
         if self.aux is not None:
             # the auxiliary model and its frozen reference both start from the (warm-started) policy (PRIME)
@@ -508,12 +536,27 @@ class PocketTrainer:
         # batch covariance term over the rollout (old = current policy at the start of the step)
         cov = ops.token_covariance(adv, old_lp, mask)[mask.bool()]
         metrics["cov/term"] = float(cov.mean())
+        metrics["cov/vanilla"] = vanilla_covariance(adv, old_lp, ent, mask)
         metrics.update(ops.covariance_groups(cov.cpu()))
+        logits_before = self._response_logits(batch) if cfg.entropy_after_update else None
         metrics.update(self._update(step, batch, old_lp, adv))
         if cfg.entropy_after_update:
             metrics.update(self._entropy_after_update(batch, per_resp))
+            metrics["cov/first_order"] = first_order_delta(logits_before, self._response_logits(batch), mask)
         self.timing["update_s"] += time.time() - t0
         return metrics
+
+    def _response_logits(self, batch: Batch) -> torch.Tensor:
+        """(B, T, V) logits at T = 1 of the batch's response positions, eval mode, no grad, by micro-batch."""
+        self.model.eval()
+        mb = self.cfg.train.micro_batch_size
+        with torch.no_grad():
+            return torch.cat(
+                [
+                    response_logits(self.model, batch.index(slice(s, s + mb))).float()
+                    for s in range(0, batch.input_ids.shape[0], mb)
+                ]
+            )
 
     def _entropy_after_update(self, batch: Batch, before: torch.Tensor) -> dict:
         """The official entropy metric of the batch just trained on, with the updated weights: the same states
