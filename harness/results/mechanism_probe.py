@@ -9,6 +9,9 @@ policy itself: ``n_prompts`` training problems (a fixed sample, the same for eve
 at T = 1, token-mean entropy per response, mean over responses; once with the run's warm-started model (the
 state its step 1 starts from) and once with its last checkpoint. Also the sampled accuracy on the same prompts,
 and at the end where the entropy sits: prompts split by their sampled accuracy (all right / mixed / none right).
+For tasks with decision positions (countdown: the tokens where the response makes a choice) also the entropy on
+those tokens at the start and the end (``decision_start`` / ``decision_end``, ``decision_ratio``; per size the
+geometric-mean ratio with its log-scale interval).
 
 Output: ``{"n_prompts", "n_samples", "method", "runs": [{"run_dir", "model", "seed", "step", "h_start", "h_end",
 "ratio", "acc_start", "acc_end", "end_by_group": {"solved" | "mixed" | "unsolved": {"prompts",
@@ -58,7 +61,40 @@ def _probe(trainer, problems: list[dict], n_samples: int) -> tuple[float, float,
             "entropy_share": float(ent[rows].sum() / ent.sum()) if float(ent.sum()) > 0 else None,
         }
     h = float(ops.masked_mean(batch.entropy, batch.mask, dim=-1).mean())
+    by_group["decision"] = _decision_entropy(trainer, batch)
     return h, float(acc.mean()), by_group
+
+
+def _decision_entropy(trainer, batch) -> dict | None:
+    """Entropy on the decision tokens (the task's ``decision_positions``: where the response makes a choice; None
+    for a task without them): per response the mean over its decision tokens, then the mean over the responses
+    that have one; ``tokens_per_response``: decision tokens / response tokens."""
+    import torch
+
+    positions = getattr(trainer.task, "decision_positions", None)
+    if positions is None:
+        return None
+    mask = batch.mask.cpu().bool()
+    ent = batch.entropy.cpu()
+    per_resp, n_dec, n_tok = [], 0, 0
+    for row, m, e in zip(batch.responses.cpu().tolist(), mask, ent):
+        pieces = [trainer.tok.decode([t]) if keep else "" for t, keep in zip(row, m.tolist())]
+        starts, text = [], ""
+        for piece in pieces:
+            starts.append(len(text))
+            text += piece
+        chosen = set(positions(text))
+        dec = torch.tensor(
+            [bool(p) and any(c in chosen for c in range(st, st + len(p))) for p, st in zip(pieces, starts)],
+            dtype=torch.bool,
+        )
+        n_dec, n_tok = n_dec + int(dec.sum()), n_tok + int(m.sum())
+        if dec.any():
+            per_resp.append(float(e[dec].mean()))
+    return {
+        "entropy": sum(per_resp) / len(per_resp) if per_resp else None,
+        "tokens_per_response": n_dec / n_tok if n_tok else None,
+    }
 
 
 def probe_run(run_dir, n_prompts: int = 200, n_samples: int = 8) -> dict:
@@ -83,9 +119,10 @@ def probe_run(run_dir, n_prompts: int = 200, n_samples: int = 8) -> dict:
     trainer.setup()  # builds the warm-started model (from its cache) exactly as the run's step 1 did
     train = trainer.task.train
     problems = random.Random(PROBE_SEED).sample(train, min(n_prompts, len(train)))
-    h0, a0, _ = _probe(trainer, problems, n_samples)
+    h0, a0, groups0 = _probe(trainer, problems, n_samples)
     trainer.model.load_state_dict(blob["model"])
     h1, a1, groups = _probe(trainer, problems, n_samples)
+    d0, d1 = groups0.pop("decision"), groups.pop("decision")
     return {
         "run_dir": str(run_dir),
         "model": cfg.model.name,
@@ -97,6 +134,11 @@ def probe_run(run_dir, n_prompts: int = 200, n_samples: int = 8) -> dict:
         "acc_start": a0,
         "acc_end": a1,
         "end_by_group": groups,
+        "decision_start": d0,
+        "decision_end": d1,
+        "decision_ratio": d1["entropy"] / d0["entropy"]
+        if d0 and d1 and d0["entropy"] and d1["entropy"] is not None
+        else None,
     }
 
 
@@ -111,9 +153,11 @@ def probe_runs(runs_dir, method: str = "grpo", n_prompts: int = 200, n_samples: 
     for size in sorted({r["model"] for r in runs}):
         ratios = [r["ratio"] for r in runs if r["model"] == size and r["ratio"] is not None]
         iv = stats.mean_ci(ratios)
+        dec = [r["decision_ratio"] for r in runs if r["model"] == size and r.get("decision_ratio") is not None]
         sizes[size] = {
             "ratio": {"mean": iv.mean, "ci95": iv.half if iv.n >= 2 else None, "n": iv.n},
             "collapsed_runs": f"{sum(x <= 0.1 for x in ratios)}/{len(ratios)}",
+            "decision_ratio": stats.log_ratio_ci(dec).to_dict() if dec else None,
         }
     return {"method": method, "n_prompts": n_prompts, "n_samples": n_samples, "runs": runs, "sizes": sizes}
 

@@ -308,6 +308,8 @@ def test_probe_compares_the_start_model_with_the_last_checkpoint(tiny, tmp_path)
         "entropy_share": pytest.approx(1.0),
     }
     assert groups["solved"]["entropy_per_token"] is None and groups["solved"]["entropy_share"] == 0.0
+    assert frozen["decision_ratio"] == pytest.approx(1.0, rel=1e-5)  # same weights: same decision entropy
+    assert 0 < frozen["decision_start"]["tokens_per_response"] < 1
     moved = probe_run(_pocket_run(tiny, tmp_path, "moved", 1e-2), n_prompts=16, n_samples=2)
     assert moved["h_start"] == pytest.approx(frozen["h_start"], rel=1e-5)  # same seed: same start model
     assert moved["h_end"] > moved["h_start"] + 1e-3  # a fresh model earns no reward; the entropy bonus moves it
@@ -319,3 +321,35 @@ def test_probe_compares_the_start_model_with_the_last_checkpoint(tiny, tmp_path)
     (tmp_path / "moved" / "checkpoints" / "latest.pt").unlink()
     with pytest.raises(ValueError, match="needs result.json and checkpoints/latest.pt"):
         probe_run(tmp_path / "moved")
+
+
+def test_decision_positions_by_hand():
+    from harness.backends.pocket.tasks import make_task
+
+    ordered = make_task("countdown", 16, {"n_numbers": 2, "max_number": 9, "ordered": True})
+    unordered = make_task("countdown", 16, {"n_numbers": 3, "max_number": 9})
+    assert ordered.decision_positions("5-3") == [1]  # the numbers are copied: only the operator is a choice
+    assert unordered.decision_positions("3*5+7") == [0, 1, 2, 3, 4]
+    assert unordered.decision_positions("12+(3*4)") == [0, 2, 4, 5, 6]  # '2' continues a number, '(' is syntax
+
+
+def test_decision_entropy_is_the_mean_over_decision_tokens(tmp_path):
+    """Two responses '5-3<eos>' and '7*2<eos>' of the ordered task: the decision tokens are '-' and '*', so the
+    decision entropy is the mean of their two entropies; 2 of 8 response tokens are decisions."""
+    import torch
+
+    from harness.backends.pocket.generate import Batch
+    from harness.backends.pocket.tasks import make_task
+    from harness.backends.pocket.tokenizer import TokenizerAdapter, build_char_tokenizer
+    from harness.results.mechanism_probe import _decision_entropy
+
+    tok = TokenizerAdapter(build_char_tokenizer())
+    rows = [tok.encode_answer("5-3"), tok.encode_answer("7*2")]
+    resp = torch.tensor(rows)
+    ent = torch.tensor([[0.1, 0.8, 0.2, 0.05], [0.3, 0.4, 0.1, 0.0]])
+    batch = Batch(resp, torch.ones_like(resp), 0, resp, torch.ones(resp.shape), None, ent)
+    trainer = type(
+        "T", (), {"task": make_task("countdown", 16, {"n_numbers": 2, "max_number": 9, "ordered": True}), "tok": tok}
+    )()
+    out = _decision_entropy(trainer, batch)
+    assert out["entropy"] == pytest.approx((0.8 + 0.4) / 2) and out["tokens_per_response"] == pytest.approx(2 / 8)

@@ -189,6 +189,18 @@ class Countdown(Task):
             if len(exprs) == 1
         ]
 
+    def decision_positions(self, response: str) -> list[int]:
+        """Character positions where the response makes a choice: every operator, and in the unordered task also
+        the first digit of every number (which number comes next); the ordered task copies its numbers from the
+        prompt, so only its operators are choices (docs/mechanism_prereg.md, decision tokens)."""
+        out = []
+        for i, ch in enumerate(response):
+            if ch in "+-*":
+                out.append(i)
+            elif not self.options["ordered"] and ch.isdigit() and (i == 0 or not response[i - 1].isdigit()):
+                out.append(i)
+        return out
+
     def verify(self, response, problem):
         if self.options["ordered"]:
             return 1.0 if re.sub(r"\s+", "", response) == problem["answer"] else 0.0
