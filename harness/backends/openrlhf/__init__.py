@@ -50,10 +50,10 @@ class OpenRLHFBackend(Backend):
 
     def export(self, config, run_dir, out=None) -> Path:
         """``checkpoints/final`` (the Hugging Face model OpenRLHF saves when training ends), marked with the run it
-        came from; with ``out``, a copy there."""
+        came from, with its model card and the umask's file modes; with ``out``, a copy there."""
         import shutil
 
-        from harness.records import write_model_run
+        from harness.exported import complete_export
 
         final = Path(run_dir) / "checkpoints" / "final"
         if not (final / "config.json").is_file():
@@ -64,5 +64,4 @@ class OpenRLHFBackend(Backend):
                 raise ValueError(f"--out {out}: not empty; give a new folder (nothing is overwritten)")
             shutil.copytree(final, out, dirs_exist_ok=True)
             final = out
-        write_model_run(final, config, run_dir, config.train.steps)
-        return final
+        return complete_export(final, config, run_dir, config.train.steps)

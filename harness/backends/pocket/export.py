@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from harness.records import MODEL_SUITE_FILE, write_model_run
+from harness.records import MODEL_SUITE_FILE
 
 
 def write_task_spec(out: Path, cfg, step: int) -> None:
@@ -48,6 +48,7 @@ def export_run(cfg, run_dir: Path, out: Path) -> Path:
 
     from harness.backends.pocket import models
     from harness.backends.pocket.tokenizer import build_char_tokenizer
+    from harness.exported import complete_export
     from harness.io import check_output_dir
 
     ckpt = run_dir / "checkpoints" / "latest.pt"
@@ -69,5 +70,4 @@ def export_run(cfg, run_dir: Path, out: Path) -> Path:
     model.save_pretrained(out)
     tok.save_pretrained(out)
     write_task_spec(out, cfg, int(blob["step"]))
-    write_model_run(out, cfg, run_dir, int(blob["step"]))
-    return out
+    return complete_export(out, cfg, run_dir, int(blob["step"]))  # run marker, model card, the umask's modes
