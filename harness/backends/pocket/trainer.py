@@ -667,6 +667,10 @@ class PocketTrainer:
         ).to_dict()
         doc = {"step": step, "suites": {suite: result}}
         atomic_write_json(self.run_dir / "eval" / f"step_{step}.json", doc)
+        # per-problem grades (rows: problems in test-split order, columns: samples) for paired tests across steps
+        atomic_write_json(
+            self.run_dir / "eval" / f"step_{step}.per_problem.json", {"step": step, "correct": sc.tolist()}
+        )
         self.timing["eval_s"] += time.time() - t0
         return doc
 
