@@ -47,8 +47,8 @@ def test_logs_written_and_run_stops_after_steps(tmp_path, configure):
 
 
 def test_eval_step_writes_eval_json_and_one_merged_row(tmp_path, configure):
-    """At an eval step fit() calls save_logs_and_checkpoints, then evaluate, then save_best_checkpoint: the
-    step's metrics row waits for the eval and is written once, with eval/<suite>/<metric> keys."""
+    """At an eval step fit() calls save_logs_and_checkpoints (the row is written before the step's checkpoint),
+    then evaluate, then save_best_checkpoint: the eval's keys join that row, still one row per step."""
     from harness.backends.openrlhf import plugin
 
     configure({"name": "grpo"}, run_dir=tmp_path, steps=10)
@@ -65,7 +65,7 @@ def test_eval_step_writes_eval_json_and_one_merged_row(tmp_path, configure):
     t.best_eval_metric_key = "none"
     t.save_logs_and_checkpoints(1, {"rollout/reward_mean": 0.1})
     t.save_logs_and_checkpoints(2, {"rollout/reward_mean": 0.2})
-    assert len((tmp_path / "metrics.jsonl").read_text().splitlines()) == 1  # step 2 waits for its eval
+    assert len((tmp_path / "metrics.jsonl").read_text().splitlines()) == 2  # written before the checkpoint
     t.save_best_checkpoint({"eval_aime_pass1": 0.25, "eval_aime_pass4": 0.5, "eval_num_samples": 120.0}, 2)
     rows = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
     assert rows[1] == {
@@ -91,3 +91,36 @@ def test_eval_step_writes_eval_json_and_one_merged_row(tmp_path, configure):
             }
         },
     }
+
+
+def test_resume_at_the_last_step_trains_no_more_and_continues_entropy_delta(tmp_path, configure, monkeypatch):
+    """A run killed after its last checkpoint resumes with fit() ending at once (no step past train.steps), and a
+    run resumed mid-way takes the previous entropy from its last logged row (entropy/delta continues). Upstream's
+    own init_checkpoint_states runs; only the policy worker's reply (a Ray call) is given here."""
+    import openrlhf.trainer.ppo_trainer as ppo_trainer
+    import ray
+
+    from harness.backends.openrlhf import plugin
+
+    configure({"name": "grpo"}, run_dir=tmp_path, steps=2)
+    states = {"global_step": 1, "episode": 0, "total_consumed_prompts": 4, "data_loader_state_dict": {}}
+    monkeypatch.setattr(ray, "get", lambda refs: [dict(states)])
+    (tmp_path / "ckpt" / "_actor").mkdir(parents=True)
+
+    def resumed_trainer():
+        t = _trainer(tmp_path)
+        t.args.ckpt.path, t.args.ckpt.load_enable = str(tmp_path / "ckpt"), True
+        t.actor_model_group = SimpleNamespace(async_run_method=lambda method_name: ["ref"])
+        plugin.STATE.prev_entropy = None  # a new process
+        assert ppo_trainer.BasePPOTrainer.init_checkpoint_states(t) == states
+        return t
+
+    _trainer(tmp_path).save_logs_and_checkpoints(1, {"rollout/reward_mean": 0.1, "harness/entropy": 0.8})
+    t = resumed_trainer()
+    assert t.samples_generator.generate_samples()[0] == ["sample"]  # mid-way: training goes on
+    t.save_logs_and_checkpoints(2, {"rollout/reward_mean": 0.2, "harness/entropy": 0.5})
+    rows = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    assert rows[1]["entropy/delta"] == pytest.approx(0.5 - 0.8)
+    states["global_step"] = 2
+    t = resumed_trainer()
+    assert t.samples_generator.generate_samples() == ([], 0.0, 0, True)  # at its end: no third step

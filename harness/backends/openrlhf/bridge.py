@@ -77,6 +77,11 @@ def to_harness_metrics(
 def eval_payload(eval_logs: dict, step: int, spec: dict) -> dict:
     """OpenRLHF's ``eval_<datasource>_pass1|pass<n>`` logs -> ``{"step", "suites"}`` (docs/contracts.md §4)."""
     n = int(spec["n_samples"])
+    counts = spec.get("counts")
+    if counts is None and spec.get("dataset"):  # eval.suites: the file the launcher wrote
+        from harness.backends.openrlhf.flags import datasource_counts
+
+        counts = datasource_counts(spec["dataset"])
     suites = {}
     for key, value in eval_logs.items():
         if not (key.startswith("eval_") and key.endswith("_pass1")):
@@ -87,7 +92,7 @@ def eval_payload(eval_logs: dict, step: int, spec: dict) -> dict:
             metrics[f"pass@{n}"] = _number(eval_logs[f"eval_{ds}_pass{n}"])
         suites[ds] = SuiteResult(
             suite=ds,
-            n_problems=(spec.get("counts") or {}).get(ds),
+            n_problems=(counts or {}).get(ds),
             n_samples=n,
             temperature=spec["temperature"],
             top_p=spec["top_p"],
@@ -126,6 +131,29 @@ def append_metrics(run_dir, row: dict) -> None:
         if row["step"] in done:
             return
     append_jsonl(path, row)
+
+
+def add_to_row(run_dir, step: int, keys: dict) -> None:
+    """Merge ``keys`` (a step's eval metrics) into that step's metrics.jsonl row (the file is rewritten
+    atomically); a step not logged yet gets a row of its own."""
+    from harness.io import atomic_write_text
+
+    path = metrics_path(run_dir)
+    rows = read_jsonl(path) if path.exists() else []
+    for row in rows:
+        if row.get("step") == int(step):
+            row.update(keys)
+            break
+    else:
+        append_jsonl(path, {"step": int(step), **keys})
+        return
+    atomic_write_text(path, "".join(json.dumps(r) + "\n" for r in rows))
+
+
+def logged_row(run_dir, step: int) -> dict | None:
+    """The metrics.jsonl row of ``step`` (None when the step was not logged)."""
+    path = metrics_path(run_dir)
+    return next((r for r in (read_jsonl(path) if path.exists() else []) if r.get("step") == int(step)), None)
 
 
 def run_record(config: dict, run_dir, method_config: dict) -> RunResult:

@@ -38,7 +38,6 @@ class _State:
         self.generator = None
         self.t0 = time.time()
         self.prev_entropy = None
-        self.pending_row = None  # the step's metrics row, waiting for that step's eval
         self.rollout_entropy = {}  # row key -> token-mean entropy from the old-log-prob forward
         self.rollout_token_entropy = {}  # row key -> (valid tokens,) entropy, for an estimator that needs it
 
@@ -381,7 +380,9 @@ def attach_rollout_entropy(experience) -> None:
     if not plugin_config().get("log_entropy", True):
         return
     keys = _row_keys(experience.sequences, experience.attention_mask)
-    values = [STATE.rollout_entropy.pop(k, float("nan")) for k in keys]
+    values = [STATE.rollout_entropy.get(k, float("nan")) for k in keys]  # equal responses share one key
+    for key in set(keys):
+        STATE.rollout_entropy.pop(key, None)
     experience.info["harness/entropy_rollout"] = torch.tensor(values, dtype=torch.float32)
 
 
@@ -567,10 +568,17 @@ def patch_strategy(module) -> None:
 
 # ------------------------------------------------------------------------------------ trainer (logs)
 def patch_ppo_trainer(module) -> None:
+    """``BasePPOTrainer``: our metrics.jsonl row at every step (written before the step's checkpoint, so a
+    checkpoint never lacks its row), the eval results of eval steps, and the end of ``fit()`` after ``steps``
+    (also when a run resumes from its last checkpoint)."""
     from harness.backends.openrlhf import bridge
 
     cls = module.BasePPOTrainer
-    orig, orig_best = cls.save_logs_and_checkpoints, cls.save_best_checkpoint
+    orig, orig_best, orig_states = cls.save_logs_and_checkpoints, cls.save_best_checkpoint, cls.init_checkpoint_states
+
+    def stop_fit(self):
+        # the next generate_samples call reports an exhausted loader: fit() ends and train() saves the final model
+        self.samples_generator.generate_samples = lambda *a, **k: ([], 0.0, 0, True)
 
     def save_logs_and_checkpoints(self, global_step, logs_dict=None, client_states=None):
         cfg = plugin_config()
@@ -583,32 +591,46 @@ def patch_ppo_trainer(module) -> None:
                 method_name=(cfg.get("method") or {}).get("name"),
             )
             STATE.prev_entropy = row.get("entropy", STATE.prev_entropy)
-            eval_due = getattr(self, "eval_dataloader", None) and global_step % self.args.eval.steps == 0
-            if eval_due and cfg.get("eval"):
-                STATE.pending_row = row  # written with the eval metrics (fit() evaluates right after this)
-            else:
-                bridge.append_metrics(cfg["run_dir"], row)
+            bridge.append_metrics(cfg["run_dir"], row)
         steps = int(cfg.get("steps", 0))
         if steps and global_step >= steps and hasattr(self, "samples_generator"):
             if self.args.ckpt.save_steps != float("inf"):
                 self.args.ckpt.save_steps = 1  # checkpoint the last step too
-            # stop the fit loop: the next generate_samples call reports an exhausted loader
-            self.samples_generator.generate_samples = lambda *a, **k: ([], 0.0, 0, True)
+            stop_fit(self)
         return orig(self, global_step, logs_dict, client_states)
 
     def save_best_checkpoint(self, eval_metrics, global_step, client_states=None):
         cfg = plugin_config()
-        row, STATE.pending_row = STATE.pending_row, None
-        if cfg.get("eval") and eval_metrics:
+        if cfg.get("eval") and eval_metrics:  # fit() evaluates right after the step's logs and checkpoint
             payload = bridge.eval_payload(eval_metrics, global_step, cfg["eval"])
             bridge.write_eval(cfg["run_dir"], payload)
-            row = dict(row or {"step": int(global_step)}, **bridge.eval_metrics_row(payload))
-        if row:
-            bridge.append_metrics(cfg["run_dir"], row)
+            bridge.add_to_row(cfg["run_dir"], global_step, bridge.eval_metrics_row(payload))
         return orig_best(self, eval_metrics, global_step, client_states)
 
-    cls.save_logs_and_checkpoints = save_logs_and_checkpoints
-    cls.save_best_checkpoint = save_best_checkpoint
+    def init_checkpoint_states(self):
+        states = orig_states(self)
+        step = int((states or {}).get("global_step", 0))
+        if step:  # resuming: entropy/delta continues from the last logged row; a run at its end trains no more
+            cfg = plugin_config()
+            STATE.prev_entropy = (bridge.logged_row(cfg["run_dir"], step) or {}).get("entropy")
+            if int(cfg.get("steps", 0) or 0) and step >= int(cfg["steps"]) and hasattr(self, "samples_generator"):
+                stop_fit(self)
+        return states
+
+    patched = {
+        "save_logs_and_checkpoints": save_logs_and_checkpoints,
+        "save_best_checkpoint": save_best_checkpoint,
+        "init_checkpoint_states": init_checkpoint_states,
+    }
+    # `@ray.remote class PPOTrainer(BasePPOTrainer)` ran in the module body, before this patch: Ray's actor class
+    # (``__ray_metadata__.modified_class``, what Ray pickles for the worker) holds a tracing wrapper of every method,
+    # inherited ones included, around the functions of that moment; it gets ours too (found by the CPU rehearsal:
+    # without it no metrics.jsonl row was written and `steps` never stopped a real run)
+    modified = getattr(getattr(getattr(module, "PPOTrainer", None), "__ray_metadata__", None), "modified_class", None)
+    for name, fn in patched.items():
+        setattr(cls, name, fn)
+        if modified is not None:
+            setattr(modified, name, fn)
 
 
 def describe() -> dict[str, Any]:
