@@ -6,7 +6,7 @@ PIP     := $(BIN)/python -m pip
 STAMP   := $(VENV)/.installed
 EXTRAS  ?= test,eval,log
 
-.PHONY: setup setup-slow quickstart report test lint test-slow test-slurm test-openrlhf setup-openrlhf bench bench-pocket setup-trl clean
+.PHONY: setup setup-slow quickstart report test lint test-slow test-slurm test-openrlhf setup-openrlhf rehearsal bench bench-pocket setup-trl clean
 
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -46,6 +46,9 @@ setup-openrlhf:  # partial OpenRLHF 0.11.2 install for CPU tests, in .venv-openr
 
 test-openrlhf:
 	scripts/ci_openrlhf.sh
+
+rehearsal:  # the paper sweep's shape through OpenRLHF's real loop on a CPU -> results/rehearsal/leaderboard.md
+	scripts/ci_rehearsal.sh
 
 bench: setup
 	$(BIN)/python benchmarks/bench_methods.py

@@ -37,5 +37,19 @@ PIP=("$VENV/bin/python" -m pip install -q -c constraints.txt)
 "${PIP[@]}" -e ".[test]"
 # math grading for the reward function (the eval extra minus lm-eval, which the OpenRLHF suite does not need)
 "${PIP[@]}" "math-verify==0.9.0" "antlr4-python3-runtime==4.13.2" || echo "setup_openrlhf: math-verify not installed; math reward tests will fail with a clear error" >&2
+# DeepSpeed's CPU ops (fused Adam, shared-memory comm) are JIT-compiled on first use (C++ compiler needed; ~2 min,
+# cached in ~/.cache/torch_extensions): build them now, so the CPU rehearsal's first cell does not pay for it.
+DS_ACCELERATOR=cpu "$VENV/bin/python" - <<'PY' || echo "setup_openrlhf: DeepSpeed CPU ops not prebuilt; the CPU rehearsal builds them on first use" >&2
+import os, socket, torch, deepspeed
+with socket.socket() as s:
+    s.bind(("127.0.0.1", 0)); port = s.getsockname()[1]
+os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK="0", WORLD_SIZE="1", LOCAL_RANK="0")
+deepspeed.init_distributed()
+model = torch.nn.Linear(4, 4)
+cfg = {"train_batch_size": 1, "zero_optimization": {"stage": 2}, "bf16": {"enabled": True},
+       "optimizer": {"type": "AdamW", "params": {"lr": 1e-3}}}
+deepspeed.initialize(model=model, model_parameters=model.parameters(), config=cfg)
+print("setup_openrlhf: DeepSpeed CPU ops built")
+PY
 echo "$KEY" > "$STAMP"
 echo "setup_openrlhf: ready: $VENV"

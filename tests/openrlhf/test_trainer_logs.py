@@ -124,3 +124,17 @@ def test_resume_at_the_last_step_trains_no_more_and_continues_entropy_delta(tmp_
     states["global_step"] = 2
     t = resumed_trainer()
     assert t.samples_generator.generate_samples() == ([], 0.0, 0, True)  # at its end: no third step
+
+
+def test_the_ray_actor_class_gets_the_patches():
+    """``@ray.remote class PPOTrainer`` copies every method into Ray's actor class when the module is imported;
+    the patched methods must be the ones that class (what Ray ships to the worker) calls."""
+    from harness.backends.openrlhf import hook
+
+    hook.install()
+    import openrlhf.trainer.ppo_trainer as ppo_trainer
+
+    actor_cls = ppo_trainer.PPOTrainer.__ray_metadata__.modified_class
+    for name in ("save_logs_and_checkpoints", "save_best_checkpoint", "init_checkpoint_states"):
+        assert getattr(actor_cls, name) is getattr(ppo_trainer.BasePPOTrainer, name)
+        assert getattr(actor_cls, name).__qualname__.startswith("patch_ppo_trainer.")

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 PLUGIN_ENV = "HARNESS_OPENRLHF_PLUGIN"  # JSON plugin config, read in every Ray worker
+REHEARSAL_ENV = "HARNESS_OPENRLHF_REHEARSAL"  # openrlhf.rehearsal: true (harness/backends/openrlhf/cpu_rehearsal.py)
 HOOK = "harness.backends.openrlhf.hook.install"
 REWARD_FILE = str(Path(__file__).with_name("reward.py"))
 EXTRA = "pip install 'entropy-harness[openrlhf]' (GPU: also vllm==0.29.0 and flash-attn==2.8.3, or the [gpu] extra)"
@@ -29,7 +30,7 @@ ORL_EXTRAS: tuple[str, ...] = ("entropy",)  # advantage-estimator extras this ba
 BUILTIN_EQUIVALENT = ("grpo", "rloo", "clip_higher", "entropy_bonus", "gspo")
 # method -> (OpenRLHF --actor.policy_loss_type, when the method equals it); tests/openrlhf/test_agreement.py
 NATIVE_LOSS = {"gspo": ("gspo", lambda m: m.level == "sequence" and m.agg == "seq-mean-token-mean")}
-from harness.backends.openrlhf import memory  # noqa: E402
+from harness.backends.openrlhf import evalset, memory  # noqa: E402
 from harness.backends.openrlhf.options import (  # noqa: E402,F401  (re-exported: the launcher's names)
     REWARDS,
     OpenRLHFConfigError,
@@ -249,6 +250,8 @@ def build_plan(config, run_dir: str | os.PathLike) -> LaunchPlan:
     # model.dtype picks the DeepSpeed dtype when it is a half type; float32 (the pocket default) -> openrlhf.param_dtype
     param_dtype = {"bfloat16": "bf16", "float16": "fp16"}.get(str(model.get("dtype")), opts.param_dtype)
     ckpt_every = int(train.get("checkpoint_every", 0))
+    ev = _section(cfg, "eval")
+    in_loop = bool(opts.eval_dataset) or evalset.requested(ev)
     max_gen = int(train.get("max_gen_batches", 1)) if train.get("dynamic_filtering") else 1
 
     argv = [
@@ -346,11 +349,24 @@ def build_plan(config, run_dir: str | os.PathLike) -> LaunchPlan:
         "--ckpt.save_hf",
         "--logger.logging_steps",
         "1",
-        *([] if opts.eval_dataset else ["--eval.steps", "-1"]),
+        *([] if in_loop else ["--eval.steps", "-1"]),
     ]
     eval_spec = None
-    if opts.eval_dataset:
-        argv_eval, eval_spec = eval_flags(opts.eval_dataset, _section(cfg, "eval"), max_new)
+    if opts.eval_dataset:  # an explicit eval JSONL overrides eval.suites for the in-loop eval
+        argv_eval, eval_spec = eval_flags(opts.eval_dataset, ev, max_new)
+        argv += argv_eval
+    elif in_loop:  # eval.suites rendered into the run dir by the launcher (evalset.py)
+        evalset.check(ev, opts.reward, max_new)
+        dataset = evalset.eval_path(run_dir)
+        argv_eval, eval_spec = eval_flags(dataset, ev, max_new)
+        eval_spec.update(
+            dataset=dataset,
+            suites=list(ev["suites"]),
+            fixtures=bool(ev.get("fixtures")),
+            data_dir=ev.get("data_dir"),
+            limit=ev.get("max_problems"),
+            counts=None,  # known once the launcher wrote the file (bridge.eval_payload reads it)
+        )
         argv += argv_eval
     from harness.tracking import openrlhf_logger_flags
 
@@ -370,6 +386,10 @@ def build_plan(config, run_dir: str | os.PathLike) -> LaunchPlan:
         "config": {"model": {"name": model.get("name")}, "task": {"name": task.get("name")}, "seed": seed},
     }
     env = {str(k): str(v) for k, v in opts.env.items()}
+    if opts.rehearsal:  # CPU stand-ins for vLLM/CUDA in every process (cpu_rehearsal.py); refused where CUDA is
+        env[REHEARSAL_ENV] = "1"
+        separate = 0 if opts.colocate else engines * opts.vllm_tp + (world if opts.kl_coef else 0)
+        plugin["rehearsal"] = {"logical_gpus": world + separate}  # Ray's logical GPUs for upstream's bundles
     env[PLUGIN_ENV] = json.dumps(plugin, sort_keys=True, default=str)
     return LaunchPlan(argv=argv, env=env, plugin=plugin, python=opts.python or sys.executable, memory=mem)
 

@@ -56,8 +56,31 @@ def runtime_env(extra_env: dict | None = None) -> dict:
     for key, value in os.environ.items():
         if key.startswith("HARNESS_"):
             env[key] = value
+    if env.get("HARNESS_OPENRLHF_REHEARSAL") == "1":  # CPU workers: one thread each, DeepSpeed's CPU accelerator
+        env.setdefault("OMP_NUM_THREADS", "1")
+        env.setdefault("DS_ACCELERATOR", "cpu")
     env.update(extra_env or {})
     return {"env_vars": env, "worker_process_setup_hook": HOOK}
+
+
+def write_eval_dataset() -> None:
+    """eval.suites -> the in-loop eval JSONL named by --eval.dataset (rendered fresh at every launch)."""
+    spec = json.loads(os.environ[PLUGIN_ENV]).get("eval") or {}
+    if spec.get("suites"):
+        from harness.backends.openrlhf import evalset
+
+        path = evalset.write(spec)
+        print(f"harness: in-loop eval dataset {path} ({', '.join(spec['suites'])})", flush=True)
+
+
+def rehearsal_ray_kwargs() -> dict:
+    """A CPU rehearsal's local Ray cluster: logical GPUs for upstream's placement groups (cpu_rehearsal.py)."""
+    cfg = json.loads(os.environ.get(PLUGIN_ENV, "{}")).get("rehearsal")
+    if not cfg or os.environ.get("RAY_ADDRESS"):
+        return {}
+    from harness.backends.openrlhf.cpu_rehearsal import ray_init_kwargs
+
+    return ray_init_kwargs(cfg["logical_gpus"])
 
 
 def expand(argv: list[str]) -> list[str]:
@@ -124,6 +147,7 @@ def main(argv: list[str] | None = None) -> int:
 
     run_dir = Path(argv[0])
     run_dir.mkdir(parents=True, exist_ok=True)
+    write_eval_dataset()
     hook.install()
     nodes = [] if os.environ.get("RAY_ADDRESS") else slurm_nodes()
     if nodes:
@@ -131,7 +155,7 @@ def main(argv: list[str] | None = None) -> int:
     t0, status = time.time(), "failed"
     try:
         if not ray.is_initialized():
-            ray.init(address=os.environ.get("RAY_ADDRESS"), runtime_env=runtime_env())
+            ray.init(address=os.environ.get("RAY_ADDRESS"), runtime_env=runtime_env(), **rehearsal_ray_kwargs())
         sys.argv = ["train_ppo_ray", *expand(argv[2:])]
         runpy.run_module("openrlhf.cli.train_ppo_ray", run_name="__main__", alter_sys=True)
         status = "completed"

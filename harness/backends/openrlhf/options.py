@@ -21,6 +21,7 @@ def _late_resource(default):
 
 
 REWARDS = ("math", "code")  # both graded by reward.py (harness graders)
+REHEARSAL_ATTENTION = ("eager", "sdpa")  # attention kernels that run on a CPU
 
 
 class OpenRLHFConfigError(ConfigError):
@@ -59,6 +60,9 @@ class OpenRLHFOptions:
     extra_flags: dict = field(default_factory=dict)  # {"--dotted.flag": value | [values] | true}
     eval_dataset: str | None = None  # JSONL {prompt, answer, datasource}: in-loop eval -> eval/step_N.json
     env: dict = field(default_factory=dict)  # extra environment for the launcher and every worker
+    # CPU rehearsal: upstream's loop with CPU stand-ins for vLLM/CUDA (cpu_rehearsal.py); a late measuring field: in
+    # the run id only when true
+    rehearsal: bool = field(default=False, metadata={"late": True})
     python: str | None = _resource(None)  # interpreter for the launcher (default: this one)
 
 
@@ -118,6 +122,11 @@ def parse_options(section: Mapping | None) -> OpenRLHFOptions:
     for name in ("extra_flags", "env"):
         if not isinstance(getattr(opts, name), dict):
             raise OpenRLHFConfigError(f"openrlhf.{name}: expected a mapping, got {getattr(opts, name)!r}")
+    if opts.rehearsal and opts.attn_implementation not in REHEARSAL_ATTENTION:
+        raise OpenRLHFConfigError(
+            f"openrlhf.attn_implementation: {opts.attn_implementation!r} needs a GPU; the CPU rehearsal "
+            f"(openrlhf.rehearsal: true) allows {', '.join(REHEARSAL_ATTENTION)}"
+        )
     for flag in opts.extra_flags:
         if not str(flag).startswith("--") or " " in str(flag):
             raise OpenRLHFConfigError(f"openrlhf.extra_flags: {flag!r} is not a flag; write it as '--group.name'")

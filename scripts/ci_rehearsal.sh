@@ -1,0 +1,46 @@
+#!/usr/bin/env bash
+# The CPU rehearsal of the paper sweep (issue 22; docs/gpu.md "The CPU rehearsal"): sweeps/rehearsal.yaml (4
+# methods x 2 seeds, the shape of sweeps/paper_qwen25.yaml) through OpenRLHF 0.11.2's real trainer loop on a CPU,
+# from prepared data to results/rehearsal/leaderboard.md, with one cell killed mid-run and resumed.
+#
+#   1. build .venv-openrlhf (scripts/setup_openrlhf.sh; a no-op when it is up to date)
+#   2. harness data prepare dapo-math-17k --source sample      -> .cache/rehearsal/dapo-math-17k.jsonl
+#   3. the rehearsal model (rehearsal_assets.py)               -> .cache/rehearsal/model (reused when unchanged)
+#   4. one cell (grpo__s0) through `harness sweep --only`, SIGKILLed with all its processes after step 2's checkpoint
+#   5. harness sweep sweeps/rehearsal.yaml                      (resumes the killed cell, trains the other 7)
+#   6. harness status, harness table -> results/rehearsal/leaderboard.md
+#   7. rehearsal_check verify: every cell completed with its metrics, in-loop evals, after-training scores and
+#      final model; the killed cell resumed from its DeepSpeed checkpoint; a scored row per method
+#
+# Usage: scripts/ci_rehearsal.sh      (env: OPENRLHF_VENV, REHEARSAL_RUNS=runs/rehearsal,
+#                                      REHEARSAL_RESULTS=results/rehearsal, REHEARSAL_SPEC=sweeps/rehearsal.yaml)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+VENV="${OPENRLHF_VENV:-.venv-openrlhf}"
+SPEC="${REHEARSAL_SPEC:-sweeps/rehearsal.yaml}"
+RUNS="${REHEARSAL_RUNS:-runs/rehearsal}"
+RESULTS="${REHEARSAL_RESULTS:-results/rehearsal}"
+ASSETS=.cache/rehearsal
+scripts/setup_openrlhf.sh "$VENV"
+export PATH="$PWD/$VENV/bin:$PATH" RAY_DEDUP_LOGS=0 RAY_USAGE_STATS_ENABLED=0
+t0=$(date +%s)
+stamp() { echo "rehearsal: $(( $(date +%s) - t0 )) s: $*"; }
+
+harness data prepare dapo-math-17k --source sample --out "$ASSETS"
+python -m harness.backends.openrlhf.rehearsal_assets --train "$ASSETS/dapo-math-17k.jsonl" --out "$ASSETS" >/dev/null
+stamp "data and model ready ($ASSETS)"
+
+rm -rf "$RUNS"  # the rehearsal always trains (a finished cell would be skipped by the sweep)
+mkdir -p "$RESULTS"
+python -m harness.backends.openrlhf.rehearsal_check interrupt --spec "$SPEC" --runs-dir "$RUNS" --cell grpo__s0 \
+  --after-step 2 --out "$RESULTS/interrupted.json"
+stamp "grpo__s0 killed after its step-2 checkpoint"
+
+harness sweep "$SPEC" --runs-dir "$RUNS" --no-progress
+stamp "sweep finished"
+harness status "$RUNS"
+harness table "$RUNS" --out "$RESULTS/leaderboard.md"
+python -m harness.backends.openrlhf.rehearsal_check verify --spec "$SPEC" --runs-dir "$RUNS" \
+  --leaderboard "$RESULTS/leaderboard.md" --resumed "$RESULTS/interrupted.json" --out "$RESULTS/rehearsal.json"
+cat "$RESULTS/leaderboard.md"
+stamp "done (wall time $(( $(date +%s) - t0 )) s)"
