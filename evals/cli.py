@@ -258,14 +258,30 @@ def attach_to_run(results_path: Path, model: str) -> None:
     print(f"attached to run {run['run_id']} ({run['method']}, seed {run['seed']}, step {run['step']})")
 
 
+def lm_eval_gen_kwargs(args) -> dict:
+    """The generation flags ``--lm-eval-tasks`` passes to lm-eval (``gen_kwargs``: they update every generation
+    task's ``generation_kwargs``); ``--n`` is refused by name (an lm-eval task sets its samples per problem in its
+    config, ``repeats``, which its metrics and filters depend on). ``--tensor-parallel-size`` and the other vllm
+    flags go to the engine (``engine_kwargs``)."""
+    from .lm_eval_bridge import gen_kwargs_of
+
+    if args.n is not None:
+        raise ValueError(
+            f"--n {args.n}: not passed to lm-eval tasks, which set their samples per problem in their task config "
+            "(repeats; harness_aime24: 32); drop --n, or score our suites with --suites"
+        )
+    return gen_kwargs_of(args.temperature, args.top_p, args.max_tokens)
+
+
 def _cmd_lm_eval(args) -> int:
-    from harness.io import atomic_write_json
+    from harness import provenance
 
     from .engines import make_engine
-    from .lm_eval_bridge import run_lm_eval
+    from .lm_eval_bridge import run_lm_eval, write_lm_eval_output
 
     if not args.model:
         raise ValueError("--lm-eval-tasks needs --model")
+    gen_kwargs = lm_eval_gen_kwargs(args)
     try:
         meta = json.loads(args.lm_eval_metadata) if args.lm_eval_metadata else {}
     except ValueError as e:
@@ -276,7 +292,8 @@ def _cmd_lm_eval(args) -> int:
         meta.setdefault("fixtures", True)
     if args.template:
         meta.setdefault("template", args.template)
-    engine = make_engine(args.engine, args.model, **engine_kwargs(args, chat=bool(args.chat)))
+    kwargs = engine_kwargs(args, chat=bool(args.chat))
+    engine = make_engine(args.engine, args.model, **kwargs)
     tasks = [t.strip() for t in args.lm_eval_tasks.split(",") if t.strip()]
     try:
         res = run_lm_eval(
@@ -286,16 +303,26 @@ def _cmd_lm_eval(args) -> int:
             limit=args.limit,
             metadata=meta,
             apply_chat_template=bool(args.chat),
+            gen_kwargs=gen_kwargs,
         )
     finally:
         engine.close()
     out = Path(args.out or os.path.join("evals_out", Path(args.model.rstrip("/")).name))
     out.mkdir(parents=True, exist_ok=True)
-    atomic_write_json(out / "lm_eval_results.json", res["results"])
+    info = {
+        "model": args.model,
+        "engine": args.engine,
+        "engine_options": {k: v for k, v in kwargs.items() if v is not None},
+        "gen_kwargs": gen_kwargs,
+        "tasks": tasks,
+        "limit": args.limit,
+        "provenance": provenance.collect(),
+    }
+    write_lm_eval_output(res, out, info)
     for task, metrics in res["results"].items():
         shown = "  ".join(f"{k}={v:.4f}" for k, v in metrics.items() if isinstance(v, float))
         print(f"{task:24s} {shown}")
-    print(f"results: {out / 'lm_eval_results.json'}")
+    print(f"results: {out / 'lm_eval_results.json'} (samples: {out}/lm_eval_samples_<task>.jsonl)")
     return 0
 
 

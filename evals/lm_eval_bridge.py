@@ -210,6 +210,22 @@ def harness_lm(engine):
     return _lm_class()(engine=engine)
 
 
+GEN_FLAGS = {"temperature": "--temperature", "top_p": "--top-p", "max_gen_toks": "--max-tokens"}
+
+
+def gen_kwargs_of(temperature: float | None = None, top_p: float | None = None, max_tokens: int | None = None) -> dict:
+    """lm-eval ``gen_kwargs`` (they update every generation task's ``generation_kwargs``) from our generation flags;
+    a temperature sets ``do_sample`` (T > 0 samples, T = 0 is greedy), as lm-eval needs it for non-greedy decoding."""
+    out: dict = {}
+    if temperature is not None:
+        out.update(do_sample=temperature > 0, temperature=float(temperature))
+    if top_p is not None:
+        out["top_p"] = float(top_p)
+    if max_tokens is not None:
+        out["max_gen_toks"] = int(max_tokens)
+    return out
+
+
 def run_lm_eval(
     engine,
     tasks: list[str],
@@ -218,21 +234,48 @@ def run_lm_eval(
     limit: int | None = None,
     metadata: dict | None = None,
     apply_chat_template: bool = False,
+    gen_kwargs: dict | None = None,
 ) -> dict:
-    """Evaluate lm-eval ``tasks`` through ``engine``; our suites' tasks (``harness_*``) are always included."""
+    """Evaluate lm-eval ``tasks`` through ``engine``; our suites' tasks (``harness_*``) are always included.
+
+    Returns lm-eval's whole result document (``results``, ``configs`` with each task's effective
+    ``generation_kwargs``, ``versions``, ``n-shot``, ``n-samples``, ``higher_is_better``, ``config``, ...) with
+    ``samples`` (per task: each document, its responses and scores)."""
     import lm_eval
     from lm_eval.tasks import TaskManager
 
     paths = [str(TASK_DIR)] + ([include_path] if include_path else [])
     tm = TaskManager(include_path=paths, metadata=metadata or {})
-    res = lm_eval.simple_evaluate(
+    return lm_eval.simple_evaluate(
         model=harness_lm(engine),
         tasks=tasks,
         task_manager=tm,
         limit=limit,
         bootstrap_iters=0,
         confirm_run_unsafe_code=True,
-        log_samples=False,
+        log_samples=True,
         apply_chat_template=apply_chat_template,
+        gen_kwargs=gen_kwargs or None,
     )
-    return {"results": res["results"], "configs": {k: dict(v) for k, v in res.get("configs", {}).items()}}
+
+
+def write_lm_eval_output(res: dict, out: str | Path, harness_info: dict) -> list[Path]:
+    """``out/lm_eval_results.json``: lm-eval's result document without the samples, plus ``harness`` (model,
+    engine, the generation flags passed, provenance); ``out/lm_eval_samples_<task>.jsonl``: the samples of each task,
+    one JSON object per document (lm-eval's own ``--log_samples`` content). Non-JSON values are written as lm-eval
+    writes them (``lm_eval.utils.handle_non_serializable``)."""
+    import json
+
+    from lm_eval.utils import handle_non_serializable
+
+    from harness.io import atomic_write_text
+
+    out = Path(out)
+    doc = {k: v for k, v in res.items() if k != "samples"}
+    doc["harness"] = harness_info
+    text = json.dumps(doc, indent=2, default=handle_non_serializable)
+    paths = [atomic_write_text(out / "lm_eval_results.json", text)]
+    for task, samples in (res.get("samples") or {}).items():
+        lines = "".join(json.dumps(x, default=handle_non_serializable) + "\n" for x in samples)
+        paths.append(atomic_write_text(out / f"lm_eval_samples_{task}.jsonl", lines))
+    return paths

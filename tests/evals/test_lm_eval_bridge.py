@@ -67,8 +67,85 @@ def test_lm_eval_through_our_engine_cli(tiny_model, tiny_data, tmp_path, capsys)
         == 0
     )
     res = json.loads((out / "lm_eval_results.json").read_text())
-    assert res["harness_math500"]["avg_at_k,all"] == pytest.approx(0.5)
+    assert res["results"]["harness_math500"]["avg_at_k,all"] == pytest.approx(0.5)
     assert "harness_math500" in capsys.readouterr().out
+    # lm-eval's config and samples are kept, not only its results block
+    config = res["configs"]["harness_math500"]
+    assert config["repeats"] == 1 and config["generation_kwargs"]["do_sample"] is False
+    assert res["n-samples"]["harness_math500"]["effective"] == 4 and res["versions"]["harness_math500"] == 1.0
+    assert res["harness"]["model"] == tiny_model and res["harness"]["gen_kwargs"] == {}
+    assert res["harness"]["provenance"]["packages"]["lm-eval"]
+    samples = [json.loads(x) for x in (out / "lm_eval_samples_harness_math500.jsonl").read_text().splitlines()]
+    assert len(samples) == 4 and sorted(x["avg_at_k"] for x in samples) == [0, 0, 1, 1]
+    (first,) = [x for x in samples if x["doc"]["prompt_text"] == "2+3?"]
+    assert "\\boxed{5}" in first["resps"][0][0] and first["avg_at_k"] == 1  # the response and its verdict
+
+
+def _lm_eval_cli(tiny_model, tiny_data, out, *flags):
+    return main(
+        [
+            "eval",
+            "--model",
+            tiny_model,
+            "--lm-eval-tasks",
+            "harness_math500",
+            "--data-dir",
+            str(tiny_data),
+            "--template",
+            "raw",
+            "--out",
+            str(out),
+            *flags,
+        ]
+    )
+
+
+def test_lm_eval_max_tokens_reaches_the_generation(tiny_model, tiny_data, tmp_path):
+    """--max-tokens 2 cuts every answer to two characters (the tiny model's tokens): no \\boxed{} survives."""
+    out = tmp_path / "out"
+    assert _lm_eval_cli(tiny_model, tiny_data, out, "--max-tokens", "2") == 0
+    res = json.loads((out / "lm_eval_results.json").read_text())
+    assert res["configs"]["harness_math500"]["generation_kwargs"]["max_gen_toks"] == 2
+    assert res["harness"]["gen_kwargs"] == {"max_gen_toks": 2}
+    assert res["results"]["harness_math500"]["avg_at_k,all"] == 0.0  # 0.5 with the task's own 8192
+    samples = [json.loads(x) for x in (out / "lm_eval_samples_harness_math500.jsonl").read_text().splitlines()]
+    assert all(len(x["resps"][0][0]) <= 2 for x in samples)
+
+
+def test_lm_eval_sampling_and_vllm_flags_reach_the_engine(tiny_data, tmp_path, monkeypatch):
+    """Through the vllm engine's one seam (the stand-in of tests/evals/vllm_stand_in.py): the engine is started with
+    --tensor-parallel-size and every request carries --temperature, --top-p and --max-tokens."""
+    import sys
+    from pathlib import Path
+
+    from harness.evals import vllm_runner
+
+    sys.path.insert(0, str(Path(__file__).parent))
+    from vllm_stand_in import STAND_IN
+
+    log = tmp_path / "calls.jsonl"
+    monkeypatch.setenv("VLLM_STAND_IN_LOG", str(log))
+    monkeypatch.setattr(vllm_runner, "VLLM_RUNTIME", STAND_IN)
+    out = tmp_path / "out"
+    flags = ["--engine", "vllm", "--tensor-parallel-size", "2", "--temperature", "0.7", "--top-p", "0.9"]
+    assert _lm_eval_cli("org/model", tiny_data, out, *flags, "--max-tokens", "12", "--seed", "3") == 0
+    calls = [json.loads(x) for x in log.read_text().splitlines()]
+    assert calls and all(c["llm"]["tensor_parallel_size"] == 2 and c["llm"]["seed"] == 3 for c in calls)
+    params = [p for c in calls for p in c["params"]]
+    assert len(params) == 4
+    assert {(p["temperature"], p["top_p"], p["max_tokens"]) for p in params} == {(0.7, 0.9, 12)}
+    res = json.loads((out / "lm_eval_results.json").read_text())
+    gk = res["configs"]["harness_math500"]["generation_kwargs"]
+    assert (gk["do_sample"], gk["temperature"], gk["top_p"], gk["max_gen_toks"]) == (True, 0.7, 0.9, 12)
+    assert res["harness"]["engine_options"]["tensor_parallel_size"] == 2
+
+
+def test_lm_eval_refuses_n_by_name(tiny_data, tmp_path, capsys):
+    out = tmp_path / "out"
+    assert _lm_eval_cli("org/model", tiny_data, out, "--n", "4", "--temperature", "0.6") == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("error: --n 4: not passed to lm-eval tasks")
+    assert not out.exists()
 
 
 def test_process_results_pass_at_k_unbiased(tmp_path):
