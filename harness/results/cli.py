@@ -14,9 +14,10 @@ FORMATS = ("csv", "html", "md", "tex")  # = harness.results.table.FORMATS (tests
 def register(sub) -> None:
     t = sub.add_parser(
         "table",
-        help="leaderboard of runs (mean ± std over seeds), optionally beside the paper",
-        description="Rows (model, method), columns = suites, in percent; two averages and Δ vs a "
-        "baseline. With no RUNS and --reference paper, prints the paper's Table 2.",
+        help="leaderboard of runs (mean ± 95%% CI over seeds), optionally beside the paper or lm-eval scores",
+        description="Rows (model, method), columns = suites, in percent: mean ± half-width of the 95% Student-t "
+        "interval over seeds; two averages and Δ vs a baseline. With no RUNS and --reference paper, prints the "
+        "paper's Table 2; --import-lm-eval adds models scored by lm-eval as rows of their own.",
     )
     t.add_argument("runs", nargs="*", help="run directories or folders holding them")
     t.add_argument("--format", default="md", choices=sorted(FORMATS), help="output format (default md)")
@@ -36,6 +37,15 @@ def register(sub) -> None:
         "--provenance",
         action="store_true",
         help="add a column: short git commit(s) (+dirty) and data hash of each row's runs",
+    )
+    t.add_argument(
+        "--import-lm-eval",
+        action="append",
+        type=Path,
+        default=None,
+        metavar="FILE",
+        help="add a model scored by lm-eval (its results JSON: lm_eval --output_path, or harness eval "
+        "--lm-eval-tasks) as a row of its own, its protocol in the notes; never pooled with runs (repeatable)",
     )
     t.add_argument("--out", type=Path, default=None, help="write to this file instead of stdout")
     t.set_defaults(func=cmd_table)
@@ -70,7 +80,7 @@ def register(sub) -> None:
         "mechanism",
         help="the paper's entropy-mechanism analyses: mechanism.json + figures",
         description="Early consumption, the law per size (pooled and per algorithm), prediction "
-        "from the first third, ΔH vs covariance, and the rescue (paired 95%% CIs vs "
+        "from the first third, ΔH vs covariance, and the rescue (paired 95% CIs vs "
         "the baseline). Definitions: harness/results/mechanism.py, docs/mechanism.md.",
     )
     mc.add_argument("runs_dir", help="folder holding the run directories of one sweep (e.g. runs/mechanism)")
@@ -142,8 +152,10 @@ def _collect(runs):
 def cmd_table(args) -> int:
     from .table import build_leaderboard, render
 
-    if not args.runs and not args.reference:
-        raise ValueError("give run directories, or --reference paper to print the paper's Table 2")
+    if not args.runs and not args.reference and not args.import_lm_eval:
+        raise ValueError(
+            "give run directories, --reference paper to print the paper's Table 2, or --import-lm-eval FILE"
+        )
     if args.out:
         from harness.io import check_output_file
 
@@ -156,6 +168,7 @@ def cmd_table(args) -> int:
         allow_mixed_protocols=args.allow_mixed_protocols,
         allow_mixed_data=args.allow_mixed_data,
         provenance=args.provenance,
+        imports=args.import_lm_eval,
     )
     text = render(lb, args.format)
     if args.out:

@@ -32,6 +32,7 @@ import html
 import json
 import math
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -115,8 +116,9 @@ def _stats(values: pd.Series) -> tuple[float, float, float, int]:
 
 def build_leaderboard(col: Collection | None, baseline: str | None = None, reference: str | None = None,
                       allow_mixed_protocols: bool = False, allow_mixed_data: bool = False,
-                      provenance: bool = False) -> Leaderboard:
-    """Aggregate runs (and optionally the paper's Table 2) into a :class:`Leaderboard`."""
+                      provenance: bool = False, imports: list | None = None) -> Leaderboard:
+    """Aggregate runs (and optionally the paper's Table 2, and models scored by lm-eval: ``imports`` = their
+    results JSON files) into a :class:`Leaderboard`."""
     rows: list[dict] = []
     notes: list[str] = []
     suite_cols: list[str] = []
@@ -184,6 +186,12 @@ def build_leaderboard(col: Collection | None, baseline: str | None = None, refer
         for s in PAPER_SUITES:
             if s not in suite_cols:
                 suite_cols.append(s)
+    if imports:
+        imp_rows, imp_notes = _imported_rows(imports, ev if col is not None else None)
+        rows += imp_rows
+        notes += imp_notes
+        for r in imp_rows:
+            suite_cols += [c for c in r["task_suites"].split(";") if c not in suite_cols]
     table = pd.DataFrame(rows)
     for k, default in (("setting", ""), ("flag", ""), ("_by_seed", None), ("provenance", "")):
         if k not in table:
@@ -310,6 +318,60 @@ def _reference_rows(name: str) -> tuple[list[dict], list[str]]:
     return rows, [note]
 
 
+IMPORTED = "lm-eval"  # the source of rows read from lm-eval results files
+
+
+def _imported_rows(paths, ev: pd.DataFrame | None) -> tuple[list[dict], list[str]]:
+    """One row per lm-eval results file: its own source, so never pooled with runs, never in a block with them (no
+    Δ, no bold); its protocol in the notes (and the csv), flagged where it differs from the runs' in a column."""
+    from .lm_eval_import import read_lm_eval
+
+    ours: dict[str, set] = {}
+    if ev is not None and not ev.empty:
+        for c, grp in ev.groupby("column"):
+            ours[c] = {_protocol_key(r) for r in grp[["n_problems", "n_samples", "temperature", "top_p",
+                                                      "max_tokens"]].to_dict("records")}
+    rows, notes = [], []
+    for path in paths:
+        m = read_lm_eval(path)
+        row = {"source": IMPORTED, "model": m.model, "model_params": math.nan, "task": IMPORTED, "setting": "",
+               "method": f"lm-eval ({Path(m.path).name})", "flag": "", "seeds": ""}
+        cols: list[str] = []
+        for t in m.tasks:
+            if t.column in cols:
+                notes.append(f"FLAG: {m.path}: task {t.task} fills column {t.column} again; the first is shown")
+                continue
+            cols.append(t.column)
+            row[f"{t.column}_mean"] = t.value * SCALE
+            row[f"{t.column}_ci"] = row[f"{t.column}_std"] = row[f"{t.column}_n"] = math.nan
+            key = _protocol_key(t.protocol)
+            if t.column in ours and key not in ours[t.column]:
+                notes.append(f"FLAG: {m.model} (lm-eval) {t.column} protocol ({t.protocol_text()}) differs from the "
+                             "runs' in that column: the scores are not directly comparable")
+        for a in AVG_COLS:
+            row[f"{a}_mean"] = row[f"{a}_ci"] = row[f"{a}_std"] = row[f"{a}_n"] = math.nan
+        row["task_suites"] = ";".join(cols)
+        row["protocol"] = " | ".join(f"{t.column}: {t.protocol_text()}" for t in m.tasks if t.column in cols)
+        rows.append(row)
+        version = f" {m.lm_eval_version}" if m.lm_eval_version else ""
+        notes.append(f"IMPORTED (lm-eval{version}): {m.path}: {m.model} scored by lm-evaluation-harness, not by this "
+                     "harness: its own row, never pooled with runs nor compared with them (no Δ, no bold, no "
+                     f"averages); score × 100. Protocol: {row['protocol']}"
+                     + (f". Skipped: {'; '.join(m.skipped)}" if m.skipped else ""))
+    return rows, notes
+
+
+def _protocol_key(p: dict) -> tuple:
+    """(problems, samples, temperature, top_p, max_tokens) as numbers, so 0 and 0.0 compare equal."""
+    out = []
+    for k in ("n_problems", "n_samples", "temperature", "top_p", "max_tokens"):
+        try:
+            out.append(float(p.get(k)))
+        except (TypeError, ValueError):
+            out.append(None)
+    return tuple(out)
+
+
 def _protocol_vs_paper(ev: pd.DataFrame) -> list[str]:
     """A note for every run suite that is one of the paper's but was evaluated under another protocol."""
     proto = load_protocol().set_index("suite")
@@ -420,7 +482,8 @@ def _sort(table: pd.DataFrame, baseline: str | None) -> pd.DataFrame:
 def _cell(row: pd.Series, c: str) -> str:
     mean, ci, n = row[f"{c}_mean"], row[f"{c}_ci"], row[f"{c}_n"]
     if pd.isna(mean):  # "—" = missing for a suite this row's task is scored on; blank = not applicable
-        return "—" if c in str(row.get("task_suites", "")).split(";") or c in AVG_COLS else ""
+        scored = c in str(row.get("task_suites", "")).split(";")
+        return "—" if scored or (c in AVG_COLS and row["source"] != IMPORTED) else ""
     text = f"{mean:.1f}"
     if row["source"] == "runs":
         text += (f" ± {ci:.1f}" if pd.notna(ci) else "") + f" (n={int(n)})"
@@ -439,6 +502,9 @@ def _delta(row: pd.Series, a: str, bold) -> str:
     return text
 
 
+_KIND = {IMPORTED: "imported"}
+
+
 def _display(lb: Leaderboard, bold) -> tuple[list[str], list[list[str]]]:
     head = ["model", *(["task"] if lb.show_task else []), *(["setting"] if lb.show_setting else []), "method",
             "source"]
@@ -453,7 +519,7 @@ def _display(lb: Leaderboard, bold) -> tuple[list[str], list[list[str]]]:
         method = str(r["method"]) + (f" [FLAG: {r['flag']}, not ranked]" if r.get("flag") else "")
         line = [str(r["model"]), *([str(r["task"])] if lb.show_task else []),
                 *([str(r["setting"]) or "(default)"] if lb.show_setting else []), method,
-                "run" if r["source"] == "runs" else f"{r['source']} (reference)"]
+                "run" if r["source"] == "runs" else f"{r['source']} ({_KIND.get(r['source'], 'reference')})"]
         line += [bold(_cell(r, c)) if c in best else _cell(r, c) for c in lb.columns]
         line += [_delta(r, a, bold) for a in AVG_COLS]
         if lb.show_provenance:
@@ -505,6 +571,8 @@ def to_csv(lb: Leaderboard) -> str:
     for a in AVG_COLS:
         keep += [f"delta_{a}", f"delta_{a}_ci", f"delta_{a}_paired"]
     keep += ["best"] + (["provenance"] if lb.show_provenance else [])
+    if not lb.rows.empty and (lb.rows["source"] == IMPORTED).any():
+        keep.append("protocol")  # an imported row's lm-eval protocol per column
     return lb.rows.reindex(columns=keep).to_csv(index=False, float_format="%.6g")
 
 

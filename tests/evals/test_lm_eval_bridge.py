@@ -79,6 +79,16 @@ def test_lm_eval_through_our_engine_cli(tiny_model, tiny_data, tmp_path, capsys)
     assert len(samples) == 4 and sorted(x["avg_at_k"] for x in samples) == [0, 0, 1, 1]
     (first,) = [x for x in samples if x["doc"]["prompt_text"] == "2+3?"]
     assert "\\boxed{5}" in first["resps"][0][0] and first["avg_at_k"] == 1  # the response and its verdict
+    # and the file is what `harness table --import-lm-eval` reads: a row of its own, in our math500 column
+    capsys.readouterr()
+    assert main(["table", "--import-lm-eval", str(out / "lm_eval_results.json"), "--format", "csv"]) == 0
+    import csv
+    import io
+    from pathlib import Path
+
+    (row,) = csv.DictReader(io.StringIO(capsys.readouterr().out))
+    assert (row["model"], row["source"], float(row["math500_mean"])) == (Path(tiny_model).name, "lm-eval", 50.0)
+    assert row["protocol"] == "math500: avg_at_k,all; problems=4, n=1, T=0.0, top_p=1.0, max_tokens=8192, fewshot=0"
 
 
 def _lm_eval_cli(tiny_model, tiny_data, out, *flags):
