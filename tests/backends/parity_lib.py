@@ -27,10 +27,12 @@ PROMPT_LENS = [3, 3, 6, 6, 4, 4, 5, 5]
 RESPONSE_LENS = [5, 7, 2, 7, 1, 6, 4, 3]
 
 # the parity cases: every registered method at its defaults, PRIME aside (its auxiliary model is refused by OpenRLHF
-# and TRL); the selection methods also at global scope (Clip-Cov / KL-Cov with 10% of the tokens, so several are
-# drawn / ranked); the aggregation modes OpenRLHF lacks (pocket vs TRL only)
+# and TRL); adaptive entropy also with its bonus on (its default c0 is 0); the selection methods also at global
+# scope (Clip-Cov / KL-Cov with 10% of the tokens, so several are drawn / ranked); the aggregation modes OpenRLHF
+# lacks (pocket vs TRL only)
 CASES = {
     "adaptive_entropy": {"name": "adaptive_entropy"},
+    "adaptive_entropy/c0=0.01": {"name": "adaptive_entropy", "coef_init": 0.01},
     "ce_gppo": {"name": "ce_gppo"},
     "cispo": {"name": "cispo"},
     "clip_cov": {"name": "clip_cov"},

@@ -360,7 +360,10 @@ def test_export_is_a_model_directory_harness_eval_loads(trl_cfg, tmp_path):
     cfg = load_config(trl_cfg)
     res = run(cfg, tmp_path / "run", quiet=True)
     rows = read_jsonl(tmp_path / "run" / "metrics.jsonl")
-    assert all(r["entropy/update_delta"] == pytest.approx(r["entropy/after_update"] - r["entropy"]) for r in rows)
+    assert all(
+        r["entropy/update_delta"] == pytest.approx(r["entropy/after_update"] - r["entropy"], abs=1e-6) for r in rows
+    )
+    assert any(r["entropy/update_delta"] != 0 for r in rows)  # the update moved the entropy of its own batch
     backend = get_backend("trl")
     out = backend.export(cfg, tmp_path / "run", tmp_path / "model")
     assert out == tmp_path / "model"
@@ -378,3 +381,17 @@ def test_export_is_a_model_directory_harness_eval_loads(trl_cfg, tmp_path):
     assert backend.export(cfg, tmp_path / "run") == tmp_path / "run" / "export" / "step_2"
     with pytest.raises(ValueError, match="not empty"):
         backend.export(cfg, tmp_path / "run", tmp_path / "model")
+
+
+def test_after_training_stage_scores_the_exported_model(trl_cfg, tmp_path):
+    """``eval.after_training``: the runner exports through the trl backend and scores the run's own task with
+    ``harness eval``'s pipeline; the result is attached at the final step."""
+    trl_cfg["train"]["steps"] = 2
+    trl_cfg["eval"].update(every=0, after_training=True, protocol="section", max_new_tokens=6)
+    cfg = load_config(trl_cfg)
+    res = run(cfg, tmp_path / "r", quiet=True)
+    assert res["status"] == "completed" and list(res["eval"]["suites"]) == ["arith"]
+    suite = res["eval"]["suites"]["arith"]
+    assert suite["stage"] == "after_training" and res["eval"]["step"] == 2 and suite["n_problems"] == 8
+    marker = json.loads((tmp_path / "r" / "export" / "step_2" / "harness_run.json").read_text())
+    assert (marker["backend"], marker["run_id"], marker["step"]) == ("trl", cfg.run_id(), 2)

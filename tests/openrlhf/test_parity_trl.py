@@ -144,10 +144,12 @@ if __name__ == "__main__":  # the OpenRLHF (and TRL) columns of the docs/backend
     cpu_stubs.install()
     torch.compile = lambda fn=None, *a, **k: fn if fn is not None else (lambda f: f)  # as the suite's conftest
     sys.path.insert(0, str(Path(__file__).resolve().parent))
-    import openrlhf.trainer.ray.ppo_actor as ppo_actor
     from orl_testlib import plugin_config
 
-    from harness.backends.openrlhf import plugin
+    from harness.backends.openrlhf import hook, plugin
+
+    hook.install()  # patch OpenRLHF's actor module first, then stub what the suite stubs
+    import openrlhf.trainer.ray.ppo_actor as ppo_actor
 
     ppo_actor.torch_dist_barrier_and_cuda_sync = lambda: None
     ppo_actor.NaiveReplayBuffer = lambda *a, **k: SimpleNamespace()
