@@ -132,7 +132,7 @@ def _claims(runs: list[dict]) -> list[Claim]:
                 "r",
             ),
         ]
-        c.headline = f"median per-step |ΔH|/H {step:.2g}"
+        c.headline = f"median per-step |ΔH|/H {step:.2g}; lowest per-run r {min(fo):.4f}" if fo else ""
         claims.append(c)
         for claim, form, words in (
             ("natural_form", "cov/term", "natural-gradient form Cov(log π, A)"),

@@ -154,11 +154,13 @@ def _num(v, unit: str = "") -> str:
         return "—"
     if unit == "points":
         return f"{100 * v:+.1f}"
+    if unit == "r":
+        return f"{v:+.4f}"
     return f"{v:.3g}"
 
 
 def _test_text(t: dict) -> str:
-    unit = "points" if t.get("unit") == "points" else ""
+    unit = t.get("unit") if t.get("unit") in ("points", "r") else ""
     mark = {"pass": "✔", "fail": "✘", "unresolved": "?"}.get(t["outcome"], "?")
     rel = ">" if t["side"] == "above" else "<"
     text = (
@@ -166,6 +168,11 @@ def _test_text(t: dict) -> str:
         f"{rel} {_num(t['null'], unit)}; n={t['n']}, p_Holm={_p(t['p_holm'])} (m={t['family_size']})"
     )
     return f"**{text}**" if t["outcome"] == "pass" else text
+
+
+def _cell(text: str) -> str:
+    """A table cell's text: its pipes escaped (|error| would end the cell)."""
+    return text.replace("|", "\\|")
 
 
 def _p(p) -> str:
@@ -188,8 +195,10 @@ def verdict_markdown(blocks: list[tuple[str, dict]]) -> str:
             "|---|---|---|---|---|",
         ]
         for c in v["claims"]:
-            tests = "<br>".join(_test_text(t) for t in c["tests"])
-            out.append(f"| {c['statement']} | {c['cell']} | **{c['verdict']}** | {c['headline']} | {tests} |")
+            tests = "<br>".join(_cell(_test_text(t)) for t in c["tests"])
+            out.append(
+                f"| {_cell(c['statement'])} | {c['cell']} | **{c['verdict']}** | {_cell(c['headline'])} | {tests} |"
+            )
         out.append("")
     return "\n".join(out)
 
