@@ -62,6 +62,11 @@ class HarnessGRPOTrainer(GRPOTrainer):
         self._rollout_end = 0.0
         self.last_rollout = None  # (input_ids, attention_mask, T, mask, per-response entropy) for entropy_after_update
         super().__init__(*args, **kwargs)
+        if self.accelerator.num_processes != 1:  # advantages and metrics here read the whole rollout in one process
+            raise RuntimeError(
+                f"backend: trl trains in one process; this one was launched with {self.accelerator.num_processes} "
+                f"(accelerate/torchrun). Run `harness train` directly, or use backend: openrlhf for several GPUs"
+            )
         self.add_callback(_RLStepBoundary(self))
 
     # -- no network, no model card ------------------------------------------------------------------------------
