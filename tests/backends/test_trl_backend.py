@@ -395,3 +395,14 @@ def test_after_training_stage_scores_the_exported_model(trl_cfg, tmp_path):
     assert suite["stage"] == "after_training" and res["eval"]["step"] == 2 and suite["n_problems"] == 8
     marker = json.loads((tmp_path / "r" / "export" / "step_2" / "harness_run.json").read_text())
     assert (marker["backend"], marker["run_id"], marker["step"]) == ("trl", cfg.run_id(), 2)
+
+
+def test_another_trl_version_is_refused_with_the_install_line(monkeypatch):
+    from harness.backends.trl.loop import require_trl
+
+    assert require_trl() is trl
+    monkeypatch.setattr(trl, "__version__", "1.17.0")
+    with pytest.raises(
+        RuntimeError, match=r"written against TRL 1\.16\.0 .*installed: 1\.17\.0.*pip install 'trl==1\.16\.0'"
+    ):
+        require_trl()
