@@ -28,7 +28,7 @@ from pathlib import Path
 
 import yaml
 
-from harness.io import append_jsonl, atomic_write_json, atomic_write_text, read_jsonl
+from harness.io import append_jsonl, atomic_write_json, atomic_write_text, read_jsonl, read_text
 from harness.sweeps.expand import Cell
 
 CELL_FILE = "cell.json"
@@ -68,7 +68,7 @@ def materialise(
     config = with_sweep_group(cell.config, sweep)
     config_text = yaml.safe_dump(config, sort_keys=False)
     cfg_path = d / CONFIG_FILE
-    if not cfg_path.exists() or cfg_path.read_text() != config_text:
+    if not cfg_path.is_file() or cfg_path.read_bytes() != config_text.encode():
         atomic_write_text(cfg_path, config_text)
     atomic_write_json(
         d / CELL_FILE,
@@ -85,9 +85,8 @@ def materialise(
     if command is None or (config is not cell.config and config["logging"].get("wandb")):  # the group is a flag
         command = launch_command(config, d)
     cmd = command
-    atomic_write_text(
-        d / LAUNCH_FILE, f"#!/usr/bin/env bash\n# cell {cell.alias} ({cell.id})\n{cmd}\n", executable=True
-    )
+    alias = " ".join(cell.alias.split())  # a comment line stays one line
+    atomic_write_text(d / LAUNCH_FILE, f"#!/usr/bin/env bash\n# cell {alias} ({cell.id})\n{cmd}\n", executable=True)
     return d
 
 
@@ -101,10 +100,8 @@ def with_sweep_group(config: dict, sweep: str) -> dict:
 
 
 def read_cell(d: Path) -> dict:
-    try:
-        return json.loads((Path(d) / CELL_FILE).read_text())
-    except (OSError, json.JSONDecodeError):
-        return {}
+    """cell.json, or {} when it is absent or unreadable (the directory name still gives the id)."""
+    return read_json(Path(d) / CELL_FILE) or {}
 
 
 def list_cell_dirs(runs_dir: Path) -> list[Path]:
@@ -131,8 +128,12 @@ def record_job(d: Path, job_id: str, executor: str, folder: Path, group: str) ->
 
 
 def last_job(d: Path) -> dict | None:
+    """The latest submission of the cell (``ValueError`` naming jobs.jsonl when it cannot be read)."""
     jobs = read_jsonl(Path(d) / JOBS_FILE)
-    return jobs[-1] if jobs else None
+    job = jobs[-1] if jobs else None
+    if job is not None and not (isinstance(job, dict) and job.get("job_id")):
+        raise ValueError(f"{Path(d) / JOBS_FILE}: its last line is not a job record")
+    return job
 
 
 def clear_errors(d: Path) -> None:
@@ -151,8 +152,63 @@ def record_submit_error(d: Path, message: str, executor: str) -> None:
 
 
 def read_json(path: Path) -> dict | None:
+    """A JSON object file, or None when it is absent or unreadable (``json_state`` says why)."""
+    return json_state(path)[0]
+
+
+def json_state(path: Path) -> tuple[dict | None, str | None]:
+    """``(object, problem)``: the parsed JSON object (None when absent or unreadable) and why it could not be
+    read (None when absent or fine): torn, not UTF-8, not a file, not an object."""
+    path = Path(path)
+    if not path.exists():
+        return None, None
     try:
-        data = json.loads(Path(path).read_text())
-    except (OSError, json.JSONDecodeError):
-        return None
-    return data if isinstance(data, dict) else None
+        data = json.loads(read_text(path))
+    except (ValueError, OSError) as e:
+        return None, str(e).removeprefix(f"{path}: ").splitlines()[0] or type(e).__name__
+    return (data, None) if isinstance(data, dict) else (None, "not a JSON object")
+
+
+def record_problems(d: Path) -> list[tuple[str, str]]:
+    """``[(file name, why)]`` for the cell's own records that cannot be read: cell.json, jobs.jsonl (a torn last
+    line included: a submitter killed mid-append)."""
+    d, out = Path(d), []
+    problem = json_state(d / CELL_FILE)[1]
+    if problem:
+        out.append((CELL_FILE, problem))
+    jobs = d / JOBS_FILE
+    if jobs.exists():
+        try:
+            text = read_text(jobs)
+            read_jsonl(jobs)
+        except ValueError as e:
+            out.append((JOBS_FILE, str(e).removeprefix(f"{jobs}: ")))
+        else:
+            if text and not text.endswith("\n"):
+                out.append((JOBS_FILE, "torn last line ignored"))
+    return out
+
+
+def check_cell_dir(cell: Cell, runs_dir: Path) -> None:
+    """Refuse (``ValueError``), before anything is written, a cell directory whose config.yaml cannot be read or
+    is another run's (materialise would otherwise overwrite what the run directory's identity rests on)."""
+    from harness.config import run_id_of
+    from harness.io import load_yaml, yaml_problem
+
+    path = cell_dir(runs_dir, cell) / CONFIG_FILE
+    if not path.exists():
+        return
+    try:
+        old = load_yaml(read_text(path))
+    except ValueError as e:
+        problem = str(e).removeprefix(f"{path}: ")
+    except yaml.YAMLError as e:
+        problem = yaml_problem(e)
+    else:
+        if isinstance(old, dict) and run_id_of(old) == cell.id:
+            return
+        problem = "not a run config" if not isinstance(old, dict) else f"the config of run {run_id_of(old)}"
+    raise ValueError(
+        f"{path}: {problem}; cell {cell.alias} ({cell.id}) cannot be checked against it. Move that cell "
+        f"directory aside (or delete the file) and submit again"
+    )

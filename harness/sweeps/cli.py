@@ -85,6 +85,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     from harness.rundir import check_placement
 
     check_placement(runs_dir, "sweep")  # never inside a run or another sweep, never around stray runs
+    check_owner(runs_dir, spec.name)  # never into another sweep's runs directory
     if args.results_dir:  # refused now, not after the sweep ran
         from harness.io import check_output_dir
 
@@ -132,6 +133,14 @@ def _submit(
 
     existing = {c.id: st for c, st in zip(cells, _statuses_of(cells, runs_dir))}
     todo, skipped = select(cells, existing, args.only)
+    for c in todo:  # every cell directory checked before any is written
+        C.check_cell_dir(c, runs_dir)
+    for c in cells:
+        if c not in todo:  # not submitted now: a damaged config.yaml is named, not refused
+            try:
+                C.check_cell_dir(c, runs_dir)
+            except ValueError as e:
+                print(f"warning: {e}", file=sys.stderr)
     for reason, names in skipped.items():
         if names:
             print(f"skip {len(names)} {reason}: {', '.join(names[:6])}{' ...' if len(names) > 6 else ''}")
@@ -167,6 +176,48 @@ def _submit(
         print(f"follow with: harness status {runs_dir}")
     print_resubmit_hint(rows, args.spec, runs_dir)
     return 1 if any(r.state == "failed" for r in rows) else 0
+
+
+def check_owner(runs_dir: Path, name: str) -> None:
+    """Refuse a runs directory that holds another sweep (by the name in its sweep.yaml copy and its cells'
+    cell.json): a second spec would mix its cells in and take over sweep.yaml. An edited spec of the same name is
+    that sweep, resubmitted."""
+    if not runs_dir.is_dir():
+        return
+    owners: dict[str, Path] = {}
+    copy = runs_dir / "sweep.yaml"
+    if copy.exists():
+        try:
+            other = load_spec_name(copy)
+        except ValueError as e:
+            print(f"warning: {e}; the cells' cell.json tell which sweep this is", file=sys.stderr)
+        else:
+            if other:
+                owners.setdefault(other, copy)
+            try:
+                load_spec(copy)
+            except (ValueError, FileNotFoundError) as e:  # damaged or from an older schema: say so, never trust it
+                print(f"warning: {str(e).splitlines()[0]} (the copy of the last submission)", file=sys.stderr)
+    for d in C.list_cell_dirs(runs_dir):
+        sweep = C.read_cell(d).get("sweep")
+        if isinstance(sweep, str) and sweep:
+            owners.setdefault(sweep, d / C.CELL_FILE)
+    others = {k: v for k, v in owners.items() if k != name}
+    if others:
+        other, where = next(iter(others.items()))
+        raise ValueError(
+            f"{runs_dir} holds sweep '{other}' ({where}), not '{name}'; give this sweep its own --runs-dir "
+            f"(default runs/{name})"
+        )
+
+
+def load_spec_name(path: Path) -> str | None:
+    """The ``name`` of a spec copy (sweep.yaml) without validating the rest (it may predate today's schema)."""
+    from harness.io import read_yaml_mapping
+    from harness.sweeps.spec import SpecError
+
+    name = read_yaml_mapping(path, SpecError, "a sweep spec", "a name").get("name")
+    return name if isinstance(name, str) else None
 
 
 def _statuses_of(cells: list[Cell], runs_dir: Path) -> list[CellStatus]:
@@ -216,11 +267,12 @@ def spec_copy(spec: SweepSpec, source: str | Path) -> str:
 
 
 def launch_commands(cells: list[Cell], runs_dir: Path) -> dict[str, str]:
-    """Each cell's launch command (the OpenRLHF backend validates its own section here)."""
+    """Each cell's launch command (the OpenRLHF backend validates its own section here), with absolute paths: a
+    shell runs it by hand from anywhere (launch.sh)."""
     out = {}
     for c in cells:
         try:
-            out[c.id] = C.launch_command(c.config, C.cell_dir(runs_dir, c))
+            out[c.id] = C.launch_command(c.config, C.cell_dir(runs_dir, c).absolute())
         except ValueError as e:
             raise ValueError(f"cell {c.alias}: {e}") from None
     return out
@@ -269,10 +321,13 @@ def _report(runs_dir: Path, results_dir: Path | None) -> None:
 def with_spec_cells(rows: list[CellStatus], runs_dir: Path) -> list[CellStatus]:
     """Rows in the order of the last submitted spec (sweep.yaml), with its cells not yet written as pending, and
     directories whose id is no longer a cell of it (its config changed since) flagged at the end."""
+    if not (runs_dir / "sweep.yaml").exists():
+        return rows
     try:
         cells = expand(load_spec(runs_dir / "sweep.yaml"))
-    except (ValueError, FileNotFoundError, KeyError, TypeError):
-        return rows  # no copy, or it no longer validates: show the directories as they are
+    except (ValueError, FileNotFoundError, KeyError, TypeError) as e:  # it no longer validates: the dirs as they are
+        print(f"note: {str(e).splitlines()[0]}; showing the cell directories as they are", file=sys.stderr)
+        return rows
     by_id = {r.id: r for r in rows}
     current = [
         by_id.get(c.id) or CellStatus(C.cell_dir(runs_dir, c), c.id, c.alias, "pending", detail="not submitted")

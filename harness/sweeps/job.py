@@ -19,7 +19,7 @@ from typing import Any
 
 import submitit
 
-from harness.io import atomic_write_json
+from harness.io import atomic_write_json, signals_interrupt
 
 DEFAULT_TARGET = "harness.sweeps.job:train_cell"
 
@@ -41,7 +41,8 @@ def train_cell(cell_dir: str | Path) -> dict:
     if role == IDLE:  # a task of a multi-node job the backend has no use for
         return {"status": "idle"}
     try:
-        result = run(config, cell_dir)
+        with signals_interrupt():  # submitit's job process ignores SIGTERM: a sweep's stop would wait for the run
+            result = run(config, cell_dir)
     except KeyboardInterrupt:  # stopped by its sweep (SIGTERM/Ctrl-C): checkpointed, resumes on resubmit; no traceback
         return {"status": "interrupted"}
     if isinstance(result, dict):
@@ -92,5 +93,5 @@ def _write_job_error(cell_dir: Path, exc: BaseException) -> None:
                 "traceback": traceback.format_exception(type(exc), exc, exc.__traceback__)[-12:],
             },
         )
-    except OSError:
+    except (OSError, ValueError):  # e.g. a full disk: the job's own error still reaches submitit
         pass

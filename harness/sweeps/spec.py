@@ -17,8 +17,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from harness import keypaths as paths
 from harness.io import read_yaml_mapping
 from harness.registry import did_you_mean
@@ -106,9 +104,9 @@ def _base(value: Any, spec_path: Path | None) -> dict:
         p = Path(value)
         if not p.is_absolute() and spec_path is not None:
             p = spec_path.parent / p
-        if not p.is_file():
+        if not p.exists():
             raise SpecError(f"base: run config file not found: {p}")
-        value = yaml.safe_load(p.read_text()) or {}
+        value = read_yaml_mapping(p, SpecError, "a run config", "sections backend, seed, method, model, task, train")
     if not isinstance(value, Mapping):
         raise SpecError(
             f"base: expected a run-config mapping (backend, seed, method, model, task, train, eval), got {value!r}"

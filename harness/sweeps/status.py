@@ -130,16 +130,34 @@ def stderr_tail(job: dict | None, n: int = 12) -> list[str]:
 
 # ---------------------------------------------------------------------------------------------- one cell
 def cell_status(d: Path, slurm: dict[str, str] | None = None) -> CellStatus:
-    """The state of one cell directory; ``slurm`` is the sacct answer for every slurm job id (or None)."""
+    """The state of one cell directory; ``slurm`` is the sacct answer for every slurm job id (or None). A record
+    of the cell that cannot be read (cell.json, jobs.jsonl) is named in its detail."""
     d = Path(d)
+    st = _cell_status(d, slurm)
+    notes = [f"{name} unreadable ({why})" for name, why in C.record_problems(d) if name not in st.detail]
+    if notes:
+        st.detail = "; ".join(([st.detail] if st.detail else []) + notes)
+    return st
+
+
+def _cell_status(d: Path, slurm: dict[str, str] | None) -> CellStatus:
     info = C.read_cell(d)
     st = CellStatus(
         dir=d, id=info.get("id", d.name.rsplit("__", 1)[-1]), alias=info.get("alias", d.name), state="pending"
     )
-    job = C.last_job(d)
+    try:
+        job = C.last_job(d)
+    except ValueError:  # jobs.jsonl garbled: the job cannot be followed (named by cell_status)
+        job, jobs_unreadable = None, True
+    else:
+        jobs_unreadable = False
     st.job_id = job["job_id"] if job else None
 
-    result = C.read_json(d / C.RESULT_FILE)
+    result, problem = C.json_state(d / C.RESULT_FILE)
+    if problem is not None:  # present but unreadable (truncated, not UTF-8): never "no result.json"
+        st.state, st.detail = "failed", f"result.json unreadable ({problem}); resubmitting resumes the run"
+        st.tail = stderr_tail(job)
+        return st
     if result is not None:
         status = result.get("status", "completed")
         if status in ("completed", "insufficient_updates"):  # finished (the second is flagged, never retried)
@@ -158,6 +176,9 @@ def cell_status(d: Path, slurm: dict[str, str] | None = None) -> CellStatus:
         lines = (submit_error.get("message") or "").strip().splitlines()
         st.state, st.detail = "failed", "submission refused: " + (lines[0] if lines else "(no message)")
         st.tail = lines[1:][-12:]
+        return st
+    if jobs_unreadable:
+        st.state, st.detail = "unknown", "cannot tell which job ran it"
         return st
     if job is None:
         st.detail = "not submitted"
@@ -223,7 +244,10 @@ def statuses(dirs: list[Path]) -> list[CellStatus]:
     """Status of each cell directory, with one sacct call for all slurm jobs still out."""
     slurm_ids = []
     for d in dirs:
-        job = C.last_job(d)
+        try:
+            job = C.last_job(d)
+        except ValueError:  # cell_status reports it
+            continue
         if job and job.get("executor") == "slurm" and not (Path(d) / C.RESULT_FILE).exists():
             slurm_ids.append(job["job_id"])
     slurm = sacct_states(slurm_ids) if slurm_ids else {}
