@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import os
 import sys
 from pathlib import Path
@@ -142,8 +143,8 @@ def check_eval_args(args) -> None:
         raise ValueError(f"--gpu-memory-utilization {gmu}: allowed 0 < value <= 1")
     if args.top_p is not None and not 0 < args.top_p <= 1:
         raise ValueError(f"--top-p {args.top_p}: allowed 0 < top_p <= 1")
-    if args.temperature is not None and args.temperature < 0:
-        raise ValueError(f"--temperature {args.temperature}: must be >= 0")
+    if args.temperature is not None and not (math.isfinite(args.temperature) and args.temperature >= 0):
+        raise ValueError(f"--temperature {args.temperature}: allowed a finite number >= 0 (0 = greedy)")
     if args.out:
         from harness.io import check_output_dir
 

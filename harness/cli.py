@@ -44,9 +44,16 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
-    except (ValueError, FileNotFoundError) as e:  # user errors: one clear line, non-zero exit
-        print(f"error: {e}", file=sys.stderr)
+    except (ValueError, OSError) as e:  # user errors, unreadable or unwritable files: one clear line, non-zero exit
+        print(f"error: {_one_line(e)}", file=sys.stderr)
         return 2
+
+
+def _one_line(e: BaseException) -> str:
+    """The message of ``e`` (an OS error as ``FILE: reason``, never its errno tuple)."""
+    if isinstance(e, OSError) and e.filename is not None and e.strerror:
+        return f"{e.filename}: {e.strerror}"
+    return str(e) or type(e).__name__
 
 
 if __name__ == "__main__":

@@ -141,6 +141,17 @@ def signals_interrupt():
             signal.signal(s, h)
 
 
+def _os_error_in(e: BaseException) -> OSError | None:
+    """The OS error behind ``e``: itself, or one it arose from (torch's zip writer turns a failed write into
+    RuntimeError "unexpected pos", with the ENOSPC as its context)."""
+    seen = 0
+    while e is not None and seen < 8:
+        if isinstance(e, OSError) and e.errno is not None:
+            return e
+        e, seen = e.__cause__ or e.__context__, seen + 1
+    return None
+
+
 def _write_error(path: Path, e: OSError) -> ValueError:
     """An OS error of a write as one line naming the user's file (a full disk says so, with the path)."""
     return ValueError(f"cannot write {path}: {e.strerror or e}")
@@ -174,10 +185,9 @@ def _atomic_write(path: Path, write: Callable[[Any], None], mode: str, executabl
             os.unlink(tmp)
         except FileNotFoundError:
             pass
-        if isinstance(e, OSError) and e.errno is not None:
-            raise _write_error(path, e) from None
-        if isinstance(e, RuntimeError) and "No space left" in str(e):  # torch's writer wraps ENOSPC
-            raise ValueError(f"cannot write {path}: No space left on device") from None
+        os_error = _os_error_in(e)
+        if os_error is not None:  # ENOSPC, EROFS, EDQUOT, ...: named with the user's path
+            raise _write_error(path, os_error) from None
         raise
     return path
 

@@ -226,4 +226,7 @@ def check_placement(path: str | os.PathLike, kind: str) -> None:
     if kind == "sweep":
         strays = [c for c in _children_runs(path, 1) if kind_of(c) == "run" and not (c / "cell.json").is_file()]
         if strays:
-            raise NestingError(f"{path} holds a run that is not one of its cells ({strays[0]}); move it out first")
+            raise NestingError(
+                f"{path} holds a run that is not one of its cells ({strays[0]}: run files, no {CELL_FILE} file); "
+                f"move it out first"
+            )

@@ -23,16 +23,22 @@ def export_run(run_dir: str | os.PathLike, out: str | os.PathLike | None) -> Pat
         raise FileNotFoundError(f"{run_dir}: not a run directory (no config.yaml)")
     cfg = load_config(run_dir / "config.yaml")
     result = run_dir / "result.json"
-    if result.is_file() and _status(result) == "failed":
+    if result.exists() and _status(result) == "failed":
         raise ValueError(f"{run_dir}: the run failed (result.json status 'failed'); nothing trustworthy to export")
     return get_backend(cfg.backend).export(cfg, run_dir, Path(out) if out else None)
 
 
 def _status(path: Path) -> str | None:
+    from harness.io import read_text
+
     try:
-        return json.loads(path.read_text()).get("status")
-    except (OSError, ValueError) as e:
-        raise ValueError(f"{path}: unreadable ({e}); cannot tell whether the run finished") from None
+        data = json.loads(read_text(path))
+    except ValueError as e:
+        why = str(e).removeprefix(f"{path}: ")
+        raise ValueError(f"{path}: unreadable ({why}); cannot tell whether the run finished") from None
+    if not isinstance(data, dict):
+        raise ValueError(f"{path}: not a JSON object; cannot tell whether the run finished")
+    return data.get("status")
 
 
 def handle(args) -> int:

@@ -199,6 +199,7 @@ def cmd_report(args) -> int:
         raise FileNotFoundError(f"no such runs directory: {args.runs_dir}")
     check_output_dir(args.out, "--out")
     check_placement(args.out, "report")
+    _collect([args.runs_dir])  # the files it cannot read are named here (the report keeps them in its notes)
     for p in write_sweep_report(args.runs_dir, args.out, args.score_key, _formats(args.formats), args.reference):
         print(p)
     return 0
@@ -212,6 +213,7 @@ def cmd_mechanism(args) -> int:
     family = None if args.law_family is None else tuple(x.strip() for x in args.law_family.split(",") if x.strip())
     if family is not None and not family:
         raise ValueError("--law-family: give at least one method, e.g. grpo,rloo,prime")
+    _collect([args.runs_dir])  # the files it cannot read are named here
     for p in write_mechanism(
         args.runs_dir, args.out, args.score_key, args.baseline, _formats(args.formats), family, args.entropy_key
     ):
@@ -264,8 +266,17 @@ def cmd_fit(args) -> int:
             raise ValueError("--csv needs --entropy-col and --score-col")
         from .points import csv_points
 
-        pts = csv_points(args.csv, args.entropy_col, args.score_col, args.step_col)
-        pooled = fit_entropy_law(pts["entropy"], pts["score"], args.fit_fraction, label=str(args.csv[0]))
+        for p in args.csv:  # name the file that cannot be read (pandas' own errors name none)
+            _check_csv(p)
+        try:
+            pts = csv_points(args.csv, args.entropy_col, args.score_col, args.step_col)
+        except (pd_errors().ParserError, pd_errors().EmptyDataError) as e:
+            first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+            raise ValueError(f"--csv {', '.join(map(str, args.csv))}: not a readable CSV ({first})") from None
+        try:
+            pooled = fit_entropy_law(pts["entropy"], pts["score"], args.fit_fraction, label=str(args.csv[0]))
+        except ValueError as e:
+            raise ValueError(f"--csv {', '.join(map(str, args.csv))}: {e}") from None
         source = {"csv": [str(p) for p in args.csv], "entropy_col": args.entropy_col, "score_col": args.score_col}
     else:
         from .points import resolve_score_key, run_points
@@ -307,6 +318,23 @@ def cmd_fit(args) -> int:
         return 0
     _print_fits(pooled, fits, out)
     return 0
+
+
+def pd_errors():
+    import pandas as pd
+
+    return pd.errors
+
+
+def _check_csv(path: Path) -> None:
+    """``--csv FILE`` is a readable UTF-8 file, else one error naming it."""
+    from harness.io import read_text
+
+    if not path.exists():
+        raise FileNotFoundError(f"--csv {path}: no such file")
+    text = read_text(path)  # ValueError naming the file: a directory, not UTF-8, no permission
+    if not text.strip():
+        raise ValueError(f"--csv {path}: empty file")
 
 
 def _fmt(v) -> str:

@@ -99,37 +99,65 @@ def _walk(d: Path, out: list[Path], inside: Path | None = None) -> None:
 def read_metrics(path: Path) -> list[dict]:
     """Parse metrics.jsonl; a line that is not a JSON object is skipped with a warning naming file:line."""
     rows = []
-    with open(path, encoding="utf-8", errors="replace") as f:
-        for lineno, line in enumerate(f, start=1):
-            if not line.strip():
-                continue
-            try:
-                obj = json.loads(line)
-            except json.JSONDecodeError as e:
-                warnings.warn(f"{path}:{lineno}: skipped corrupt metrics line ({e.msg})", CorruptMetricsWarning,
-                              stacklevel=2)
-                continue
-            if not isinstance(obj, dict):
-                warnings.warn(f"{path}:{lineno}: skipped metrics line that is not a JSON object",
-                              CorruptMetricsWarning, stacklevel=2)
-                continue
-            rows.append({k: (math.nan if v is None else v) for k, v in obj.items()})
+    try:
+        with open(path, "rb") as f:
+            raw = f.read()
+    except OSError as e:
+        warnings.warn(f"{path}: unreadable ({_why(e)}); no metrics read", CorruptMetricsWarning, stacklevel=2)
+        return rows
+    for lineno, data in enumerate(raw.splitlines(), start=1):
+        if not data.strip():
+            continue
+        try:
+            obj = json.loads(data.decode("utf-8"))
+        except UnicodeDecodeError as e:
+            warnings.warn(f"{path}:{lineno}: skipped metrics line that is not UTF-8 ({_why(e)})",
+                          CorruptMetricsWarning, stacklevel=2)
+            continue
+        except json.JSONDecodeError as e:
+            warnings.warn(f"{path}:{lineno}: skipped corrupt metrics line ({e.msg})", CorruptMetricsWarning,
+                          stacklevel=2)
+            continue
+        if not isinstance(obj, dict):
+            warnings.warn(f"{path}:{lineno}: skipped metrics line that is not a JSON object",
+                          CorruptMetricsWarning, stacklevel=2)
+            continue
+        rows.append({k: (math.nan if v is None else v) for k, v in obj.items()})
     return rows
 
 
+def _finish_rank(status: str) -> int:
+    """Which copy of a run id is read: the most finished (completed, then insufficient_updates, failed, the rest)."""
+    return {"completed": 0, "insufficient_updates": 1, "failed": 2}.get(status, 3)
+
+
+def _why(e: Exception) -> str:
+    if isinstance(e, UnicodeDecodeError):
+        return f"not UTF-8: byte {e.object[e.start]:#04x} at offset {e.start}"
+    if isinstance(e, yaml.YAMLError):
+        return "not valid YAML: " + str(getattr(e, "problem", None) or type(e).__name__)
+    return str(e).splitlines()[0] if str(e) else type(e).__name__
+
+
 def _read_json(path: Path) -> dict | None:
+    """A JSON object file; an unreadable one (torn, not UTF-8, not a file) is named in a warning, None."""
     try:
         obj = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, json.JSONDecodeError) as e:
-        warnings.warn(f"{path}: unreadable ({e}); treated as missing", CorruptMetricsWarning, stacklevel=2)
+    except (OSError, ValueError) as e:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
+        warnings.warn(f"{path}: unreadable ({_why(e)}); treated as missing", CorruptMetricsWarning, stacklevel=2)
         return None
-    return obj if isinstance(obj, dict) else None
+    if not isinstance(obj, dict):
+        warnings.warn(f"{path}: not a JSON object; treated as missing", CorruptMetricsWarning, stacklevel=2)
+        return None
+    return obj
 
 
 def _read_config(path: Path) -> dict:
     try:
         obj = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except (OSError, yaml.YAMLError):
+    except (OSError, ValueError, yaml.YAMLError) as e:
+        warnings.warn(f"{path}: unreadable ({_why(e)}); the run's settings are taken from result.json alone",
+                      CorruptMetricsWarning, stacklevel=2)
         return {}
     return obj if isinstance(obj, dict) else {}
 
@@ -174,9 +202,9 @@ def run_provenance(result: dict | None) -> dict:
 
 
 def _run_info(run_dir: Path) -> dict:
-    result = _read_json(run_dir / "result.json") if (run_dir / "result.json").is_file() else None
+    result = _read_json(run_dir / "result.json") if (run_dir / "result.json").exists() else None
     result = result or _eval_only_result(run_dir)
-    cfg = _read_config(run_dir / "config.yaml") if (run_dir / "config.yaml").is_file() else {}
+    cfg = _read_config(run_dir / "config.yaml") if (run_dir / "config.yaml").exists() else {}
     src = result or {}
     method_cfg = src.get("method_config")
     settings = {f"method.{k}": v for k, v in (method_cfg or {}).items()}
@@ -209,8 +237,8 @@ def _run_info(run_dir: Path) -> dict:
 def _detail(run_dir: Path, result: dict | None) -> str:
     """Why a run is not usable, for the MISSING note."""
     if result is None:
-        if (run_dir / "result.json").is_file() or (run_dir / EVAL_ONLY).is_file():
-            return "result.json unreadable" if (run_dir / "result.json").is_file() else "results.json unreadable"
+        if (run_dir / "result.json").exists() or (run_dir / EVAL_ONLY).is_file():
+            return "result.json unreadable" if (run_dir / "result.json").exists() else "results.json unreadable"
         if (run_dir / "job_error.json").is_file():
             return "no result.json; job_error.json present"
         return "no result.json" + ("" if (run_dir / "metrics.jsonl").is_file() else ", no metrics yet")
@@ -339,26 +367,35 @@ def _eval_rows(run_dir: Path, result: dict | None) -> list[dict]:
 def collect(paths: Iterable[str | Path]) -> Collection:
     """Read every run directory under ``paths`` (see the module docstring)."""
     run_dirs = find_run_dirs(paths)
-    infos, metric_rows, eval_rows, messages = [], [], [], []
-    seen_ids: dict[str, str] = {}
+    messages = []
+    kept: dict[str, tuple] = {}  # run_dir -> (info, metric rows, eval rows), in reading order
+    by_id: dict[str, str] = {}  # run id -> the run_dir of the copy kept
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         for d in run_dirs:
             info = _run_info(d)
             result = info.pop("_result")
             rid = info.get("run_id")
-            if isinstance(rid, str) and rid:
-                if rid in seen_ids:
-                    warnings.warn(f"{d}: run id {rid} already read from {seen_ids[rid]}; counted once",
-                                  CorruptMetricsWarning, stacklevel=2)
+            if isinstance(rid, str) and rid and rid in by_id:  # one run in two directories (a copy, a rerun)
+                other = by_id[rid]
+                if _finish_rank(info["status"]) >= _finish_rank(kept[other][0]["status"]):
+                    warnings.warn(f"{d}: run id {rid} already read from {other} ({kept[other][0]['status']}); "
+                                  f"counted once, from {other}", CorruptMetricsWarning, stacklevel=2)
                     continue
-                seen_ids[rid] = str(d)
-            infos.append(info)
-            if (d / "metrics.jsonl").is_file():
+                warnings.warn(f"{other}: run id {rid} ({kept[other][0]['status']}) is also in {d} "
+                              f"({info['status']}); counted once, from {d}", CorruptMetricsWarning, stacklevel=2)
+                del kept[other]
+            if isinstance(rid, str) and rid:
+                by_id[rid] = str(d)
+            metric_rows = []
+            if (d / "metrics.jsonl").exists():
                 for r in read_metrics(d / "metrics.jsonl"):
                     r["run_dir"] = str(d)
                     metric_rows.append(r)
-            eval_rows += _eval_rows(d, result)
+            kept[str(d)] = (info, metric_rows, _eval_rows(d, result))
+    infos = [v[0] for v in kept.values()]
+    metric_rows = [r for v in kept.values() for r in v[1]]
+    eval_rows = [r for v in kept.values() for r in v[2]]
     for w in caught:  # re-emit so callers see them, and keep ours for reports
         if issubclass(w.category, CorruptMetricsWarning):
             messages.append(str(w.message))

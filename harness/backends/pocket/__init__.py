@@ -31,15 +31,19 @@ class PocketBackend(Backend):
     def export(self, config, run_dir, out=None) -> Path:
         """The last checkpoint as a model directory: ``out``, else ``RUN/export/step_<N>`` (made once, reused)."""
         from .export import export_run
+        from .trainer import CheckpointUnreadable, read_checkpoint
 
         run_dir = Path(run_dir)
+        ckpt = run_dir / "checkpoints" / "latest.pt"
+        if ckpt.exists():
+            try:
+                blob = read_checkpoint(ckpt, mmap=True)
+            except CheckpointUnreadable as e:
+                raise ValueError(f"{ckpt}: unreadable checkpoint ({e}); nothing to export") from None
         if out is None:
-            import torch
-
-            ckpt = run_dir / "checkpoints" / "latest.pt"
             if not ckpt.is_file():
                 raise FileNotFoundError(f"{run_dir}: no checkpoint ({ckpt}) to export; train the run first")
-            step = int(torch.load(ckpt, map_location="cpu", weights_only=False)["step"])
+            step = int(blob["step"])
             out = run_dir / "export" / f"step_{step}"
             if (out / "harness_task.json").is_file():
                 return out
