@@ -149,6 +149,8 @@ def check_run_dir(cfg: RunConfig, run_dir: Path, force: bool = False, backend=No
             return RunDirPlan("train", archive="unreadable-config")
         old_id = run_id_of(old)
         if old_id != new_id:
+            old_id = _run_id_of_file(old)
+        if old_id != new_id:
             if not force:
                 diffs = diff_configs(old, cfg.to_dict())
                 shown = "; ".join(diffs[:6]) + (f"; ... ({len(diffs)} differences)" if len(diffs) > 6 else "")
@@ -174,6 +176,15 @@ def check_run_dir(cfg: RunConfig, run_dir: Path, force: bool = False, backend=No
     if problem is not None:
         return RunDirPlan("train", aside="unreadable", problem=problem)
     return RunDirPlan("train", aside=str(result.get("status") or "old") if result is not None else None)
+
+
+def _run_id_of_file(old: dict) -> str:
+    """The run id of a directory's config.yaml resolved now: a hand-written (unresolved) config.yaml of the same
+    run is that run (`harness train RUN/config.yaml --run-dir RUN`); the runner itself writes it resolved."""
+    try:
+        return load_config(old).run_id()
+    except (ValueError, TypeError, KeyError):  # not a valid config today: its id as written
+        return run_id_of(old)
 
 
 def apply_plan(plan: RunDirPlan, cfg: RunConfig, run_dir: Path, log=print) -> None:

@@ -25,6 +25,11 @@ def handle(args) -> int:
         from harness.after_training import describe as describe_eval
         from harness.backends import get_backend
 
+        if run_dir.is_dir():  # what the run directory holds is checked in a dry run too (reads only)
+            from harness.runner import check_run_dir
+
+            check_run_dir(cfg, run_dir, args.force, get_backend(cfg.backend))
+
         print(cfg.to_yaml(), end="")
         print(f"# run id {cfg.run_id()} -> {run_dir}")
         print(get_backend(cfg.backend).launch_command(cfg, run_dir))

@@ -36,7 +36,7 @@ def world(tmp_path_factory):
 def damage(path: Path, kind: str) -> None:
     data = path.read_bytes()
     if kind == "non-utf8":
-        path.write_bytes(data[: len(data) // 2] + b"\xff\xfe" + data[len(data) // 2:])
+        path.write_bytes(data[: len(data) // 2] + b"\xff\xfe" + data[len(data) // 2 :])
     elif kind == "malformed":
         path.write_bytes(data[: max(1, len(data) // 2)])
     elif os.geteuid() != 0:  # unreadable: no read permission

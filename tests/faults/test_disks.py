@@ -63,8 +63,22 @@ def test_a_read_only_run_directory_is_one_line(tmpfs, tmp_path, capsys, fx):
 
 def test_eval_refuses_a_non_finite_temperature(tmp_path, capsys):
     for value in ("nan", "inf", "-1"):
-        assert main(["eval", "--model", "m", "--suites", "pocket_arith", "--temperature", value,
-                     "--out", str(tmp_path / "o")]) == 2
+        assert (
+            main(
+                [
+                    "eval",
+                    "--model",
+                    "m",
+                    "--suites",
+                    "pocket_arith",
+                    "--temperature",
+                    value,
+                    "--out",
+                    str(tmp_path / "o"),
+                ]
+            )
+            == 2
+        )
         line = _one_error_line(capsys.readouterr().err)
         assert f"--temperature {float(value)}" in line and "finite" in line
     assert not Path(tmp_path / "o").exists()

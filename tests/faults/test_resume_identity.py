@@ -163,7 +163,8 @@ def test_a_corrupt_warm_start_cache_entry_is_retrained_and_named(tmp_path, capsy
     assert (again["steps"], again["probe_acc"]) == (first["steps"], first["probe_acc"])  # retrained in its place
     # the retrained warm start is the same model: the run is the same run
     assert fx.rows_without_times(tmp_path / "b" / "metrics.jsonl") == fx.rows_without_times(
-        tmp_path / "a" / "metrics.jsonl")
+        tmp_path / "a" / "metrics.jsonl"
+    )
 
 
 # ------------------------------------------------------------------------------ item 12: checkpoints, files

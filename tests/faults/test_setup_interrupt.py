@@ -20,10 +20,21 @@ def test_ctrl_c_during_a_cells_warm_start_stops_it_and_the_resubmission_finishes
     base = fx.warm_base(tmp_path, steps=3, max_steps=400, check_every=400)  # a warm start of about 10 s
     (tmp_path / "s.yaml").write_text(yaml.safe_dump({"name": "setup", "base": base, "seeds": [0]}))
     runs = tmp_path / "runs"
-    cmd = [sys.executable, "-m", "harness", "sweep", "s.yaml", "--runs-dir", str(runs), "--executor", "local",
-           "--no-progress"]
-    p = subprocess.Popen(cmd, cwd=tmp_path, env=fx.ENV, start_new_session=True, stdout=subprocess.PIPE,
-                         stderr=subprocess.PIPE, text=True)
+    cmd = [
+        sys.executable,
+        "-m",
+        "harness",
+        "sweep",
+        "s.yaml",
+        "--runs-dir",
+        str(runs),
+        "--executor",
+        "local",
+        "--no-progress",
+    ]
+    p = subprocess.Popen(
+        cmd, cwd=tmp_path, env=fx.ENV, start_new_session=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
     try:
         t0 = time.time()
         while not any("run " in log.read_text() for log in runs.glob("*/train.log")):  # the runner started set-up

@@ -93,8 +93,9 @@ def test_launch_sh_and_the_dry_run_command_are_quoted_and_carry_their_interprete
     env = {"PATH": "/usr/bin:/bin", "HOME": os.environ.get("HOME", "/root")}  # outside the venv: no `python` of ours
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
-    p = subprocess.run(["bash", str(cell / "launch.sh")], cwd=elsewhere, env=env, capture_output=True, text=True,
-                       timeout=300)
+    p = subprocess.run(
+        ["bash", str(cell / "launch.sh")], cwd=elsewhere, env=env, capture_output=True, text=True, timeout=300
+    )
     assert not _injected(p)
     assert p.returncode == 0, p.stderr  # it trains (here: finds the finished run) from any directory
     assert "already completed" in p.stderr
