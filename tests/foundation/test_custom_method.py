@@ -9,32 +9,35 @@ import torch
 
 import harness
 
-EXAMPLE = Path(__file__).resolve().parents[2] / "docs" / "examples" / "dual_clip.py"
+EXAMPLE = Path(__file__).resolve().parents[2] / "docs" / "examples" / "capped_pg.py"
 
 
 @pytest.fixture
-def dual_clip():
-    spec = importlib.util.spec_from_file_location("user_dual_clip", EXAMPLE)
+def capped_pg():
+    spec = importlib.util.spec_from_file_location("user_capped_pg", EXAMPLE)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     yield module
-    harness.METHODS.unregister("dual_clip")
+    harness.METHODS.unregister("capped_pg")
 
 
-def test_example_registers_and_caps_negative_advantage_loss(dual_clip):
-    assert "dual_clip" in harness.list_methods()
-    m = harness.get_method("dual_clip", clip_c=3.0)
-    lp = torch.tensor([[math.log(5.0), 0.0]], requires_grad=True)  # ratio 5 and 1
-    out = m.policy_loss(lp, torch.zeros(1, 2), torch.tensor([[-1.0, 1.0]]), torch.ones(1, 2))
-    # token 0: max(5, 1.2) = 5, capped at -A c = 3 (no gradient); token 1: -1
-    assert out.loss.item() == pytest.approx((3.0 - 1.0) / 2)
+def test_example_registers_and_caps_the_importance_weight(capped_pg):
+    assert "capped_pg" in harness.list_methods()
+    m = harness.get_method("capped_pg", cap=2.0)
+    assert "eps_low" not in m.to_config()  # a MethodBase: no clip options
+    lp = torch.tensor([[0.0, math.log(5.0)]], requires_grad=True)  # ratios 1 and 5 against old log-probs 0
+    out = m.policy_loss(lp, torch.zeros(1, 2), torch.tensor([[1.0, 1.0]]), torch.ones(1, 2))
+    # token 0: -1 * 1; token 1: the weight 5 is capped at 2: -2; token mean -1.5
+    assert out.loss.item() == pytest.approx(-1.5)
     out.loss.backward()
-    assert lp.grad[0, 0] == 0
-    with pytest.raises(harness.HyperparameterError, match="clip_c=1.0 must be > 1.0"):
-        harness.get_method("dual_clip", clip_c=1.0)
+    # d/d lp of -w A / 2: token 0 -ratio/2 = -0.5; token 1 the capped weight 2 * ratio/ratio keeps slope 2: -1
+    assert lp.grad[0].tolist() == pytest.approx([-0.5, -1.0])
+    assert out.metrics["clipfrac"] == pytest.approx(0.5)
+    with pytest.raises(harness.HyperparameterError, match="cap=0.5"):
+        harness.get_method("capped_pg", cap=0.5)
 
 
-def test_duplicate_name_is_an_error(dual_clip):
+def test_duplicate_name_is_an_error(capped_pg):
     with pytest.raises(ValueError, match="'grpo' is already registered"):
         harness.register_method("grpo")(type("Other", (harness.Method,), {}))
 
