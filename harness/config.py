@@ -30,9 +30,6 @@ from harness.errors import ConfigError, suggestion  # noqa: F401  (ConfigError r
 from harness.schema import build as _build
 from harness.schema import opt as _opt
 
-KNOWN_BACKENDS = ("pocket", "openrlhf")  # built in; harness.backends.BACKENDS is the authority
-
-
 # ---------------------------------------------------------------------------------------------- sections
 @dataclass
 class ModelConfig:
