@@ -24,6 +24,7 @@ import signal
 import threading
 import time
 from contextlib import contextmanager
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
@@ -152,6 +153,13 @@ def first_order_delta(before: torch.Tensor, after: torch.Tensor, mask: torch.Ten
     return float(ops.masked_mean(-cov, mask.float(), dim=-1).mean())
 
 
+def entropy_change(ent_after: torch.Tensor, mask: torch.Tensor, before: torch.Tensor) -> dict:
+    """``entropy/after_update`` (the official metric of the trained batch with the updated weights) and
+    ``entropy/update_delta`` (minus the per-response entropy ``before`` the update)."""
+    after = ops.masked_mean(ent_after, mask, dim=-1)
+    return {"entropy/after_update": float(after.mean()), "entropy/update_delta": float((after - before).mean())}
+
+
 def peak_rss_mb() -> float:
     """This process's peak resident memory so far (MB; ru_maxrss is KB on Linux, bytes on macOS)."""
     import resource
@@ -165,6 +173,55 @@ def make_generator(seed: int, step: int, purpose: str, device="cpu") -> torch.Ge
     g = torch.Generator(device=device)
     g.manual_seed((seed * 1_000_003 + step * 7919 + PURPOSES[purpose] * 104_729) % (2**63))
     return g
+
+
+@dataclass
+class GenerateRequest:
+    """One ``PocketTrainer._generate`` call that a plan (``rollout_plan``, ``eval_plan``) asks for; population
+    training (population.py) answers the requests of many runs with one batched generation."""
+
+    problems: list
+    n: int
+    temperature: float
+    generator: torch.Generator | None
+    options: dict = field(default_factory=dict)  # the other keyword arguments of ``_generate``
+
+
+def run_plan(plan, answer):
+    """Drive a plan generator: send it ``answer(request)`` for each request it yields; returns what it returns."""
+    try:
+        request = next(plan)
+        while True:
+            request = plan.send(answer(request))
+    except StopIteration as done:
+        return done.value
+
+
+def add_loss_metrics(sums: dict, metrics: dict, n_tok: float, own: str) -> float:
+    """Add one micro-batch's ``policy_loss`` metrics to the mini-batch sums (token-weighted means, the max
+    |log-ratio|); returns its selected-token count."""
+    for k, v in metrics.items():
+        if k in _LOSS_KEYS or k.startswith(own):  # token-weighted means over the mini-batch
+            sums[k] = sums.get(k, 0.0) + v * n_tok
+    if "log_ratio/max_abs" in metrics:
+        sums["log_ratio/max_abs"] = max(sums.get("log_ratio/max_abs", 0.0), metrics["log_ratio/max_abs"])
+    return metrics.get("selected/count", 0.0)
+
+
+def update_metrics(sums: dict, tokens_total: float, sel_count: float, grad_norms: list) -> dict:
+    """The step's update metrics from the mini-batch sums."""
+    out = {k: v / max(tokens_total, 1.0) for k, v in sums.items() if k != "log_ratio/max_abs"}
+    out["selected/count"] = sel_count
+    out["selected/frac"] = sel_count / max(tokens_total, 1.0)
+    out["grad_norm"] = sum(grad_norms) / max(len(grad_norms), 1)
+    return out
+
+
+def nonfinite_gradient(method: str, gn: float, step: int, sums: dict) -> FloatingPointError:
+    return FloatingPointError(
+        f"method {method}: non-finite gradient norm ({gn}) at step {step}; largest |log-ratio| on a "
+        f"valid token of the mini-batch {sums.get('log_ratio/max_abs', float('nan')):.4g}"
+    )
 
 
 class StopRequested(Exception):
@@ -211,6 +268,13 @@ def _readable_rows(path: Path) -> tuple[list[dict], list[int]]:
             else:
                 bad.append(i)
     return rows, bad
+
+
+def add_eval(row: dict, doc: dict) -> None:
+    """An eval document's metrics into a metrics row as ``eval/<suite>/<metric>``."""
+    for suite, res in doc["suites"].items():
+        for mk, mv in res["metrics"].items():
+            row[f"eval/{suite}/{mk}"] = mv
 
 
 class PocketTrainer:
@@ -404,7 +468,14 @@ class PocketTrainer:
         texts = [self.tok.decode(r[m.bool()].tolist()) for r, m in zip(batch.responses.cpu(), batch.mask.cpu())]
         return torch.tensor([self.task.verify(t, problems[i // n]) for i, t in enumerate(texts)], dtype=torch.float32)
 
+    def _answer(self, request: GenerateRequest):
+        return self._generate(request.problems, request.n, request.temperature, request.generator, **request.options)
+
     def rollout(self, step: int) -> dict:
+        return run_plan(self.rollout_plan(step), self._answer)
+
+    def rollout_plan(self, step: int):
+        """``rollout`` as a generator: yields each generation (``GenerateRequest``), receives its Batch."""
         cfg = self.cfg.train
         n, want = cfg.samples_per_prompt, cfg.prompts_per_step
         gp = make_generator(self.cfg.seed, step, "prompts")
@@ -414,7 +485,7 @@ class PocketTrainer:
             idx = torch.randint(len(self.task.train), (want,), generator=gp).tolist()
             problems = [self.task.train[i] for i in idx]
             t0 = time.time()
-            batch = self._generate(problems, n, cfg.temperature, gs, with_logprobs=True)
+            batch = yield GenerateRequest(problems, n, cfg.temperature, gs, {"with_logprobs": True})
             t1 = time.time()
             scores = self._score(batch, problems, n)
             self.timing["rollout_s"] += t1 - t0
@@ -523,6 +594,21 @@ class PocketTrainer:
                 old_lp, ent = self._logprobs_chunked(self.model, batch, 1.0, True)
                 if cfg.temperature != 1.0:
                     old_lp, _ = self._logprobs_chunked(self.model, batch, cfg.temperature, False)
+        per_resp = self._rollout_metrics(mask, old_lp, ent, metrics)
+        extras = self._estimator_extras(batch, ent, ro["scores"], metrics)
+        adv = m.advantages(ro["scores"], ro["group_ids"], mask.cpu(), **extras).to(self.device)
+        self._covariance_metrics(adv, old_lp, ent, mask, metrics)
+        logits_before = self._response_logits(batch) if cfg.entropy_after_update else None
+        metrics.update(self._update(step, batch, old_lp, adv))
+        if cfg.entropy_after_update:
+            metrics.update(self._entropy_after_update(batch, per_resp))
+            metrics["cov/first_order"] = first_order_delta(logits_before, self._response_logits(batch), mask)
+        self.timing["update_s"] += time.time() - t0
+        return metrics
+
+    def _rollout_metrics(self, mask, old_lp, ent, metrics: dict) -> torch.Tensor:
+        """The official entropy metric (and its change since the last step), the rollout's mean negative log-prob
+        and response length into ``metrics``; returns the per-response entropy."""
         per_resp = ops.masked_mean(ent, mask, dim=-1)
         metrics["entropy"] = float(per_resp.mean())
         metrics["entropy/rollout_token_mean"] = float(ops.masked_mean(ent, mask))
@@ -531,20 +617,15 @@ class PocketTrainer:
             metrics["entropy/delta"] = metrics["entropy"] - self.prev_entropy
         self.prev_entropy = metrics["entropy"]
         metrics["response/length"] = float(mask.sum(-1).mean())
-        extras = self._estimator_extras(batch, ent, ro["scores"], metrics)
-        adv = m.advantages(ro["scores"], ro["group_ids"], mask.cpu(), **extras).to(self.device)
-        # batch covariance term over the rollout (old = current policy at the start of the step)
+        return per_resp
+
+    @staticmethod
+    def _covariance_metrics(adv, old_lp, ent, mask, metrics: dict) -> None:
+        """The batch covariance term over the rollout (old = current policy at the start of the step)."""
         cov = ops.token_covariance(adv, old_lp, mask)[mask.bool()]
         metrics["cov/term"] = float(cov.mean())
         metrics["cov/vanilla"] = vanilla_covariance(adv, old_lp, ent, mask)
         metrics.update(ops.covariance_groups(cov.cpu()))
-        logits_before = self._response_logits(batch) if cfg.entropy_after_update else None
-        metrics.update(self._update(step, batch, old_lp, adv))
-        if cfg.entropy_after_update:
-            metrics.update(self._entropy_after_update(batch, per_resp))
-            metrics["cov/first_order"] = first_order_delta(logits_before, self._response_logits(batch), mask)
-        self.timing["update_s"] += time.time() - t0
-        return metrics
 
     def _response_logits(self, batch: Batch) -> torch.Tensor:
         """(B, T, V) logits at T = 1 of the batch's response positions, eval mode, no grad, by micro-batch."""
@@ -564,8 +645,7 @@ class PocketTrainer:
         self.model.eval()
         with torch.no_grad():
             _, ent = self._logprobs_chunked(self.model, batch, 1.0, True)
-        after = ops.masked_mean(ent, batch.mask, dim=-1)
-        return {"entropy/after_update": float(after.mean()), "entropy/update_delta": float((after - before).mean())}
+        return entropy_change(ent, batch.mask, before)
 
     def _update(self, step: int, batch: Batch, old_lp, adv) -> dict:
         cfg, m = self.cfg.train, self.method
@@ -595,16 +675,9 @@ class PocketTrainer:
             gn = float(torch.nn.utils.clip_grad_norm_(self.model.parameters(), clip))
             grad_norms.append(gn)
             if not math.isfinite(gn):
-                raise FloatingPointError(
-                    f"method {m.name}: non-finite gradient norm ({gn}) at step {step}; largest |log-ratio| on a "
-                    f"valid token of the mini-batch {mini_sums.get('log_ratio/max_abs', float('nan')):.4g}"
-                )
+                raise nonfinite_gradient(m.name, gn, step, mini_sums)
             self.opt.step()
-        out = {k: v / max(tokens_total, 1.0) for k, v in sums.items() if k != "log_ratio/max_abs"}
-        out["selected/count"] = sel_count
-        out["selected/frac"] = sel_count / max(tokens_total, 1.0)
-        out["grad_norm"] = sum(grad_norms) / max(len(grad_norms), 1)
-        return out
+        return update_metrics(sums, tokens_total, sel_count, grad_norms)
 
     def accumulate_gradients(self, step, mini: Batch, mini_old, mini_adv, plan, generator):
         """Backward of one mini-batch's loss over its micro-batches; returns (tokens, metric sums, selected)."""
@@ -627,17 +700,16 @@ class PocketTrainer:
             (out.loss * ops.micro_batch_weight(m.agg, micro.mask, mini.mask)).backward()
             n_tok = float(micro.mask.sum())
             n_tokens += n_tok
-            n_sel += out.metrics.get("selected/count", 0.0)
-            for k, v in out.metrics.items():
-                if k in _LOSS_KEYS or k.startswith(own):  # token-weighted means over the mini-batch
-                    sums[k] = sums.get(k, 0.0) + v * n_tok
-            if "log_ratio/max_abs" in out.metrics:
-                sums["log_ratio/max_abs"] = max(sums.get("log_ratio/max_abs", 0.0), out.metrics["log_ratio/max_abs"])
+            n_sel += add_loss_metrics(sums, out.metrics, n_tok, own)
         return n_tokens, sums, n_sel
 
     # ------------------------------------------------------------------------------------ evaluation
     @torch.no_grad()
     def evaluate(self, step: int) -> dict:
+        return run_plan(self.eval_plan(step), self._answer)
+
+    def eval_plan(self, step: int):
+        """``evaluate`` as a generator: yields each generation (``GenerateRequest``), receives its Batch."""
         from harness.evals.metrics import summarize
 
         ec, cfg = self.cfg.eval, self.cfg
@@ -646,13 +718,12 @@ class PocketTrainer:
         k = ec.n_samples
         max_new = ec.max_new_tokens or cfg.train.max_new_tokens
         g = make_generator(cfg.seed, step, "eval", self.device)
-        b = self._generate(
-            problems, k, ec.temperature, g, top_p=ec.top_p, max_new_tokens=max_new, greedy=ec.temperature == 0
-        )
+        options = {"top_p": ec.top_p, "max_new_tokens": max_new, "greedy": ec.temperature == 0}
+        b = yield GenerateRequest(problems, k, ec.temperature, g, options)
         sc = self._score(b, problems, k).view(len(problems), k)
         metrics = summarize([{"correct": [bool(x) for x in row]} for row in sc.tolist()], k=k)
         if ec.greedy:
-            bg = self._generate(problems, 1, 1.0, None, greedy=True, max_new_tokens=max_new)
+            bg = yield GenerateRequest(problems, 1, 1.0, None, {"greedy": True, "max_new_tokens": max_new})
             metrics["greedy"] = float(self._score(bg, problems, 1).mean())
         suite = task_label(cfg.task.name)
         result = SuiteResult(
@@ -679,7 +750,7 @@ class PocketTrainer:
         from tqdm.auto import tqdm
 
         cfg = self.cfg
-        steps, ev_every, ck_every = cfg.train.steps, cfg.eval.every, cfg.train.checkpoint_every
+        steps, ev_every = cfg.train.steps, cfg.eval.every
         last_eval = None
         try:  # nothing to save during set-up: Ctrl-C / SIGTERM stops it at once (the warm start too)
             with signals_interrupt():
@@ -695,7 +766,6 @@ class PocketTrainer:
             )
             raise
         t_start = time.time()
-        metrics_path = self.run_dir / "metrics.jsonl"
         bar = tqdm(
             total=steps,
             initial=self.start_step,
@@ -719,16 +789,11 @@ class PocketTrainer:
                         row[f"time/{key}"] = round(self.timing[f"{key}_s"] - before[f"{key}_s"], 4)
                     row["time/step"] = time.time() - t0
                     row["time/wall"] = time.time() - t_start
-                    if (ev_every > 0 and step % ev_every == 0) or step == steps:
+                    if self.eval_due(step):
                         last_eval = self.evaluate(step)
-                        for suite, res in last_eval["suites"].items():
-                            for mk, mv in res["metrics"].items():
-                                row[f"eval/{suite}/{mk}"] = mv
-                    self.method.on_step_end(row)  # adaptive methods update their state from the step's row
-                    append_jsonl(metrics_path, row)  # flushed before this step's checkpoint, which carries it
-                    self.rows.append(json_row(row))
-                    self.trackers.log(row, step)
-                    if (ck_every > 0 and step % ck_every == 0) or step == steps:
+                        add_eval(row, last_eval)
+                    self.record_step(row, step)
+                    if self.checkpoint_due(step):
                         self.save_checkpoint(step)
                     bar.update(1)
                     bar.set_postfix(
@@ -750,7 +815,29 @@ class PocketTrainer:
             bar.close()
             if step < steps:  # stopped early: no final summary to log
                 self.trackers.close()
-        rows = read_jsonl(metrics_path)
+        return self.finish(step, last_eval)
+
+    def eval_due(self, step: int) -> bool:
+        every = self.cfg.eval.every
+        return (every > 0 and step % every == 0) or step == self.cfg.train.steps
+
+    def checkpoint_due(self, step: int) -> bool:
+        every = self.cfg.train.checkpoint_every
+        return (every > 0 and step % every == 0) or step == self.cfg.train.steps
+
+    def record_step(self, row: dict, step: int) -> None:
+        """The end of a step: the method's state update, the metrics row (flushed before this step's checkpoint,
+        which carries it) and the trackers."""
+        self.method.on_step_end(row)  # adaptive methods update their state from the step's row
+        append_jsonl(self.run_dir / "metrics.jsonl", row)
+        self.rows.append(json_row(row))
+        self.trackers.log(row, step)
+
+    def finish(self, step: int, last_eval: dict | None) -> RunResult:
+        """After the last step: the final eval (unless the last step had it), the timing line, the HF export of a
+        pretrained model, the run's result and the trackers' summary."""
+        cfg = self.cfg
+        rows = read_jsonl(self.run_dir / "metrics.jsonl")
         if last_eval is None or last_eval["step"] != step:
             last_eval = self.evaluate(step)
         self.log(self.timing_line(step))
