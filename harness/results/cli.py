@@ -213,7 +213,10 @@ def cmd_mechanism(args) -> int:
     family = None if args.law_family is None else tuple(x.strip() for x in args.law_family.split(",") if x.strip())
     if family is not None and not family:
         raise ValueError("--law-family: give at least one method, e.g. grpo,rloo,prime")
-    _collect([args.runs_dir])  # the files it cannot read are named here
+    from .archive import archives
+
+    if not archives(args.runs_dir):  # a folder of run archives is read (and warned about) inside write_mechanism
+        _collect([args.runs_dir])  # the files it cannot read are named here
     for p in write_mechanism(
         args.runs_dir, args.out, args.score_key, args.baseline, _formats(args.formats), family, args.entropy_key
     ):

@@ -500,7 +500,8 @@ def _claims(runs: pd.DataFrame, baseline: str, sizes: list[str]) -> list[Claim]:
             ),
             Check.mean(f"gain by T/3 − {q:.2f}·gain > 0", "quantitative", "above", _contrast(gain3, gain, q), 0.0),
         ]
-        c.tests[0].unit = "points"
+        for t in c.tests:
+            t.unit = "points"
         c.headline = f"fraction {_frac(gain3.mean(), gain.mean()):.2f}; total gain {100 * gain.mean():+.1f} points"
         claims.append(c)
 
