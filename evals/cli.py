@@ -144,7 +144,7 @@ def check_eval_args(args) -> None:
     if args.top_p is not None and not 0 < args.top_p <= 1:
         raise ValueError(f"--top-p {args.top_p}: allowed 0 < top_p <= 1")
     if args.temperature is not None and not (math.isfinite(args.temperature) and args.temperature >= 0):
-        raise ValueError(f"--temperature {args.temperature}: allowed a finite number >= 0 (0 = greedy)")
+        raise ValueError(f"--temperature {args.temperature}: must be >= 0 and finite (0 = greedy)")
     if args.out:
         from harness.io import check_output_dir
 
