@@ -17,7 +17,7 @@ from harness.sweeps.status import cell_status
 
 
 def test_ctrl_c_during_a_cells_warm_start_stops_it_and_the_resubmission_finishes_it(tmp_path, fx):
-    base = fx.warm_base(tmp_path, steps=3, max_steps=400, check_every=400)  # a warm start of about 10 s
+    base = fx.warm_base(tmp_path, steps=3, max_steps=250, check_every=250)  # a warm start of about 7 s
     (tmp_path / "s.yaml").write_text(yaml.safe_dump({"name": "setup", "base": base, "seeds": [0]}))
     runs = tmp_path / "runs"
     cmd = [
@@ -67,4 +67,4 @@ def test_ctrl_c_during_a_cells_warm_start_stops_it_and_the_resubmission_finishes
     rows = [json.loads(x) for x in (cell / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in rows] == [1, 2, 3]
     res = json.loads((cell / "result.json").read_text())
-    assert res["status"] == "completed" and res["warm_start"]["steps"] == 400 and res["warm_start"]["cached"] is False
+    assert res["status"] == "completed" and res["warm_start"]["steps"] == 250 and res["warm_start"]["cached"] is False
