@@ -184,9 +184,10 @@ def cmd_eval(args) -> int:
         return _cmd_lm_eval(args)
     if not args.model or not args.suites:
         raise ValueError("harness eval needs --model and --suites (or --list-suites, or --lm-eval-tasks)")
+    from harness.backends import register_model_suite
+
     from .engines import make_engine
     from .evaluate import evaluate
-    from .pocket_suites import register_model_suite
     from .suites import SUITES, resolve_suites
 
     register_model_suite(SUITES, args.model)  # an exported run (`harness export`) brings its own task suite

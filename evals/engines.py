@@ -20,6 +20,7 @@ from pathlib import Path
 
 from harness.registry import Registry
 
+from .chat import chat_format
 from .suites import Protocol
 
 ENGINES: Registry[type] = Registry("engine")
@@ -63,17 +64,6 @@ def check_model_path(model: str) -> None:
         raise FileNotFoundError(f"model {model} is neither a local directory nor a hub id (org/name)")
 
 
-def chat_format(tokenizer, prompt: str, chat: bool | None) -> str:
-    has_template = bool(getattr(tokenizer, "chat_template", None))
-    if chat is False or (chat is None and not has_template):
-        return prompt
-    if not has_template:
-        raise ValueError("--chat was requested but the tokenizer has no chat template")
-    return tokenizer.apply_chat_template(
-        [{"role": "user", "content": prompt}], tokenize=False, add_generation_prompt=True
-    )
-
-
 @ENGINES.register("hf")
 class HFEngine(Engine):
     """transformers ``generate`` with left padding; one row per (problem, sample)."""
@@ -103,9 +93,12 @@ class HFEngine(Engine):
         if model_obj is None:
             check_model_path(model)
         try:
-            from harness.backends.pocket.tokenizer import load_tokenizer
+            from transformers import AutoTokenizer
 
-            self.tokenizer = tokenizer or load_tokenizer(path, **extra)  # a saved pocket tokenizer exactly
+            from harness.backends import load_tokenizer  # a tokenizer a backend saved in its own format, exactly
+
+            own = None if (tokenizer or extra) else load_tokenizer(path)
+            self.tokenizer = tokenizer or own or AutoTokenizer.from_pretrained(path, **extra)
         except OSError as e:
             raise FileNotFoundError(
                 f"could not load the tokenizer of model {model}: {str(e).splitlines()[0]}. "

@@ -95,7 +95,8 @@ class Suite:
     protocol: Protocol = GREEDY
     fields: str = ""  # the fields a local file needs (for error messages)
     note: str = ""
-    loader: Callable[[Suite], list[dict]] | None = None  # custom (e.g. pocket tasks)
+    loader: Callable[[Suite], list[dict]] | None = None  # custom (e.g. a backend's generated task)
+    grader: Callable[[list[dict]], list[dict]] | None = None  # its own verifier (rows -> verdicts), else by kind
     revision: str | None = None  # hub commit loaded (datasets.load_dataset(..., revision=)); None: the hub's main
 
     def format_prompt(self, row: dict, template: str | None = None) -> str:
@@ -492,20 +493,20 @@ def get_suite(name: str) -> Suite:
 
 
 def list_suites() -> list[str]:
-    _ensure_pocket_suites()
+    _ensure_backend_suites()
     return SUITES.names()
 
 
-def _ensure_pocket_suites() -> None:
-    """Register ``pocket_<task>`` suites for the pocket backend's synthetic tasks (if that module exists)."""
-    from . import pocket_suites
+def _ensure_backend_suites() -> None:
+    """Let every backend register the suites it provides (pocket: ``pocket_<task>``)."""
+    from harness.backends import register_suites
 
-    pocket_suites.register_all(SUITES)
+    register_suites(SUITES)
 
 
 def resolve_suites(spec: str | list[str]) -> list[Suite]:
     names = [s.strip() for s in (spec.split(",") if isinstance(spec, str) else spec) if s.strip()]
     if not names:
         raise ValueError("no suites given; known suites: " + ", ".join(list_suites()))
-    _ensure_pocket_suites()
+    _ensure_backend_suites()
     return [SUITES.get(n) for n in names]

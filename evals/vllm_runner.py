@@ -137,7 +137,7 @@ def texts_of(prompt: PromptRequest, output) -> list[str]:
 
 def run_group(llm, runtime: Runtime, prompts: Sequence[PromptRequest], protocol, chat: bool | None) -> list[list]:
     """ONE ``generate`` over ``prompts``; returns each prompt's n texts."""
-    from .engines import chat_format
+    from .chat import chat_format
 
     if not prompts:
         return []

@@ -58,9 +58,9 @@ def protocol_overrides(cfg) -> dict:
 
 def run_stage(cfg, run_dir: Path, backend, log=print) -> dict:
     """Export, score and return ``{"step", "suites", "model"}`` (the suites as ``harness eval`` reports them)."""
+    from harness.backends import register_model_suite
     from harness.evals.engines import make_engine
     from harness.evals.evaluate import evaluate
-    from harness.evals.pocket_suites import register_model_suite
     from harness.evals.suites import SUITES, resolve_suites
     from harness.records import read_model_run
 

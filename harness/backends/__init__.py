@@ -16,7 +16,9 @@ from harness.backends.base import HEAD, IDLE, WORKER, Backend  # noqa: F401  (re
 from harness.errors import ConfigError, suggestion
 from harness.registry import Registry, UnknownNameError
 
-BACKENDS: Registry[Backend] = Registry("backend", autoload=["harness.backends"], entry_points="entropy_harness.backends")
+BACKENDS: Registry[Backend] = Registry(
+    "backend", autoload=["harness.backends"], entry_points="entropy_harness.backends"
+)
 
 
 def register_backend(cls: type[Backend]) -> type[Backend]:
@@ -50,6 +52,15 @@ def register_suites(registry) -> None:
     """Let every backend register the eval suites it provides (called once by the suite registry)."""
     for name in BACKENDS.names():
         BACKENDS.get(name).register_suites(registry)
+
+
+def register_model_suite(registry, model_dir) -> str | None:
+    """The suite a backend's exported model directory brings (its run's own task), registered; None when none."""
+    for name in BACKENDS.names():
+        suite = BACKENDS.get(name).register_model_suite(registry, Path(str(model_dir)))
+        if suite is not None:
+            return suite
+    return None
 
 
 def load_tokenizer(path: str | Path):

@@ -32,7 +32,8 @@ class Backend:
     name: ClassVar[str] = ""
     sections: ClassVar[dict[str, type]] = {}  # dotted config path -> options dataclass this backend types
     # what callers may ask for: "auxiliary_model" (PRIME's PRM), "entropy_after_update", "in_loop_suites"
-    # (eval.suites scored during training), "places_workers" (starts its own multi-GPU/multi-node workers)
+    # (eval.suites scored during training), "places_workers" (starts its own multi-GPU/multi-node workers),
+    # "policy_sampler" (policy_sampler(config, run_dir): a finished run's policy as a sampler, for analyses)
     capabilities: ClassVar[frozenset[str]] = frozenset()
 
     def validate(self, config) -> None:
@@ -69,6 +70,11 @@ class Backend:
 
     def register_suites(self, registry) -> None:
         """Register the eval suites this backend provides (pocket: its synthetic tasks)."""
+
+    def register_model_suite(self, registry, model_dir: Path) -> str | None:
+        """Register and name the suite a model directory this backend exported brings (its run's own task);
+        None when ``model_dir`` is not such an export."""
+        return None
 
     def load_tokenizer(self, path: Path) -> Any | None:
         """The tokenizer of a model directory this backend wrote in its own format, else None."""

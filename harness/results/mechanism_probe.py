@@ -25,7 +25,6 @@ import argparse
 import json
 import random
 import sys
-import tempfile
 from pathlib import Path
 
 from . import stats
@@ -34,7 +33,7 @@ from .collect import collect
 PROBE_SEED = 0
 
 
-def _probe(trainer, problems: list[dict], n_samples: int) -> tuple[float, float, dict]:
+def _probe(sampler, problems: list[dict], n_samples: int) -> tuple[float, float, dict]:
     """Entropy (token-mean per response, mean over responses), accuracy, and both per prompt group: ``solved``
     (all samples right), ``mixed``, ``unsolved`` (none right), with the group's share of the summed token entropy."""
     import torch
@@ -42,12 +41,10 @@ def _probe(trainer, problems: list[dict], n_samples: int) -> tuple[float, float,
     from harness import ops
 
     gen = torch.Generator().manual_seed(PROBE_SEED)
-    trainer.model.eval()
-    with torch.no_grad():
-        batch = trainer._generate(problems, n_samples, 1.0, gen, with_logprobs=True)
+    batch, scores = sampler.sample(problems, n_samples, 1.0, gen)
     if batch.entropy is None:
         raise ValueError("the probe needs the fast generation path (entropy from the sampling pass)")
-    scores = trainer._score(batch, problems, n_samples).view(-1, n_samples)
+    scores = scores.view(-1, n_samples)
     ent, mask = batch.entropy.cpu() * batch.mask.cpu(), batch.mask.cpu()
     acc = scores.mean(1)
     groups = {"solved": acc == 1, "mixed": (acc > 0) & (acc < 1), "unsolved": acc == 0}
@@ -61,24 +58,24 @@ def _probe(trainer, problems: list[dict], n_samples: int) -> tuple[float, float,
             "entropy_share": float(ent[rows].sum() / ent.sum()) if float(ent.sum()) > 0 else None,
         }
     h = float(ops.masked_mean(batch.entropy, batch.mask, dim=-1).mean())
-    by_group["decision"] = _decision_entropy(trainer, batch)
+    by_group["decision"] = _decision_entropy(sampler, batch)
     return h, float(acc.mean()), by_group
 
 
-def _decision_entropy(trainer, batch) -> dict | None:
+def _decision_entropy(sampler, batch) -> dict | None:
     """Entropy on the decision tokens (the task's ``decision_positions``: where the response makes a choice; None
     for a task without them): per response the mean over its decision tokens, then the mean over the responses
     that have one; ``tokens_per_response``: decision tokens / response tokens."""
     import torch
 
-    positions = getattr(trainer.task, "decision_positions", None)
+    positions = getattr(sampler.task, "decision_positions", None)
     if positions is None:
         return None
     mask = batch.mask.cpu().bool()
     ent = batch.entropy.cpu()
     per_resp, n_dec, n_tok = [], 0, 0
     for row, m, e in zip(batch.responses.cpu().tolist(), mask, ent):
-        pieces = [trainer.tok.decode([t]) if keep else "" for t, keep in zip(row, m.tolist())]
+        pieces = [sampler.decode([t]) if keep else "" for t, keep in zip(row, m.tolist())]
         starts, text = [], ""
         for piece in pieces:
             starts.append(len(text))
@@ -98,36 +95,28 @@ def _decision_entropy(trainer, batch) -> dict | None:
 
 
 def probe_run(run_dir, n_prompts: int = 200, n_samples: int = 8) -> dict:
-    """Probe entropy and accuracy of one completed pocket run: warm-started model vs ``checkpoints/latest.pt``."""
-    import torch
-
-    from harness.backends.pocket.trainer import PocketTrainer
+    """Probe entropy and accuracy of one completed run: its warm-started policy vs its last checkpoint, sampled
+    through its backend's ``policy_sampler``."""
+    from harness.backends import get_backend
     from harness.config import load_config
 
     run_dir = Path(run_dir)
-    ckpt = run_dir / "checkpoints" / "latest.pt"
-    result = run_dir / "result.json"
-    if not ckpt.is_file() or not result.is_file():
-        raise ValueError(f"{run_dir}: needs result.json and checkpoints/latest.pt (a completed pocket run)")
     cfg = load_config(run_dir / "config.yaml")
-    if cfg.backend != "pocket":
-        raise ValueError(f"{run_dir}: backend {cfg.backend!r}; the probe runs pocket runs only")
-    blob = torch.load(ckpt, map_location="cpu", weights_only=False)
-    if blob["step"] != cfg.train.steps:
-        raise ValueError(f"{run_dir}: last checkpoint is step {blob['step']}, the run has {cfg.train.steps} steps")
-    trainer = PocketTrainer(cfg, tempfile.mkdtemp(prefix="probe-"), log=lambda *a, **k: None)
-    trainer.setup()  # builds the warm-started model (from its cache) exactly as the run's step 1 did
-    train = trainer.task.train
+    backend = get_backend(cfg.backend)
+    if "policy_sampler" not in backend.capabilities:
+        raise ValueError(f"{run_dir}: backend {cfg.backend!r} cannot sample a finished run's policy; the probe needs one")
+    sampler = backend.policy_sampler(cfg, run_dir)
+    train = sampler.task.train
     problems = random.Random(PROBE_SEED).sample(train, min(n_prompts, len(train)))
-    h0, a0, groups0 = _probe(trainer, problems, n_samples)
-    trainer.model.load_state_dict(blob["model"])
-    h1, a1, groups = _probe(trainer, problems, n_samples)
+    h0, a0, groups0 = _probe(sampler, problems, n_samples)
+    sampler.use("end")
+    h1, a1, groups = _probe(sampler, problems, n_samples)
     d0, d1 = groups0.pop("decision"), groups.pop("decision")
     return {
         "run_dir": str(run_dir),
         "model": cfg.model.name,
         "seed": cfg.seed,
-        "step": int(blob["step"]),
+        "step": sampler.step,
         "h_start": h0,
         "h_end": h1,
         "ratio": h1 / h0 if h0 > 0 else None,

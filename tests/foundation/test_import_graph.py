@@ -1,4 +1,5 @@
-"""The harness package has no import circles, and the core config imports no backend."""
+"""Every package of the project (harness and the folders it maps in: evals, baselines, methods) has no import
+circle, the core config imports no backend, and no module outside harness/backends names a backend."""
 
 import ast
 import subprocess
@@ -6,16 +7,29 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
+# source folder -> the package it is imported as (harness/__init__.py maps the top-level folders in)
+PACKAGES = {
+    "harness": "harness",
+    "evals": "harness.evals",
+    "baselines": "harness.baselines",
+    "methods": "harness.methods",
+}
+# a device check runs each backend's own code on a borrowed machine by design: it may name them
+MAY_NAME_BACKENDS = ("harness.devicecheck",)
 
 
 def _module(path: Path) -> str:
-    parts = list(path.relative_to(ROOT).with_suffix("").parts)
-    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+    for folder, package in PACKAGES.items():
+        if path.is_relative_to(ROOT / folder):
+            parts = list(path.relative_to(ROOT / folder).with_suffix("").parts)
+            return ".".join([package, *(parts[:-1] if parts[-1] == "__init__" else parts)])
+    raise ValueError(path)
 
 
 def import_graph() -> dict[str, set[str]]:
-    """harness module -> harness modules it imports anywhere in its body (inside functions too)."""
-    paths = {_module(p): p for p in (ROOT / "harness").rglob("*.py")}
+    """module -> project modules it imports anywhere in its body (inside functions too)."""
+    files = [p for folder in PACKAGES for p in (ROOT / folder).rglob("*.py") if "__pycache__" not in p.parts]
+    paths = {_module(p): p for p in files}
     graph = {m: set() for m in paths}
     for mod, path in paths.items():
         pkg = mod if path.name == "__init__.py" else mod.rpartition(".")[0]
@@ -68,10 +82,28 @@ def test_the_cycle_finder_finds_a_cycle():
     assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
 
 
-def test_harness_has_no_import_cycles():
+def test_no_package_has_import_cycles():
     graph = import_graph()
     assert "harness.backends.pocket.models" in graph and graph["harness.config"]  # the walk saw the package
+    assert "harness.evals.suites" in graph and "harness.methods.kl_cov" in graph  # and the mapped folders
     assert cycles(graph) == []
+
+
+def test_no_module_outside_the_backends_names_a_backend():
+    """Sweeps, evals, results and commands reach backends only through harness.backends (get_backend, the
+    protocol); a backend's own modules (harness.backends.<name>...) stay behind it."""
+    graph = import_graph()
+    backends = {m.split(".")[2] for m in graph if m.startswith("harness.backends.") and m.count(".") >= 2}
+    backends -= {"base"}
+    assert {"pocket", "openrlhf", "trl"} <= backends
+    offenders = sorted(
+        (mod, dep)
+        for mod, deps in graph.items()
+        if not mod.startswith("harness.backends") and not mod.startswith(MAY_NAME_BACKENDS)
+        for dep in deps
+        if dep.startswith("harness.backends.") and dep.split(".")[2] in backends
+    )
+    assert offenders == []
 
 
 def test_core_config_imports_no_backend():

@@ -13,7 +13,7 @@ class PocketBackend(Backend):
 
     name = "pocket"
     sections = {"model.warm_start": options.WarmStartOptions}
-    capabilities = frozenset({"auxiliary_model", "entropy_after_update"})
+    capabilities = frozenset({"auxiliary_model", "entropy_after_update", "policy_sampler"})
 
     def validate(self, config) -> None:
         options.validate(config)
@@ -48,6 +48,22 @@ class PocketBackend(Backend):
             if (out / "harness_task.json").is_file():
                 return out
         return export_run(config, run_dir, Path(out))
+
+    def policy_sampler(self, config, run_dir):
+        """A finished run's policy (warm start or last checkpoint) as a sampler (``pocket/sampler.py``)."""
+        from .sampler import PocketSampler
+
+        return PocketSampler(config, run_dir)
+
+    def register_suites(self, registry) -> None:
+        from .suites import register_all
+
+        register_all(registry)
+
+    def register_model_suite(self, registry, model_dir):
+        from .suites import register_model_suite
+
+        return register_model_suite(registry, model_dir)
 
     def load_tokenizer(self, path: Path):
         from .tokenizer import exact_on_disk, load_tokenizer

@@ -1,32 +1,21 @@
-"""Suites ``pocket_<task>`` for the pocket backend's synthetic tasks (``harness.backends.pocket.tasks.TASKS``).
-
-Each suite is the task's deterministic test split (default options, ``test_size=200``), graded by the task's
-own exact verifier; prompts are the raw task prompts (``37+48=``: pocket models are not chat models).
-The module is imported lazily: without the pocket backend there are simply no pocket suites.
+"""Eval suites of the pocket backend's synthetic tasks, registered through ``PocketBackend.register_suites``:
+``pocket_<task>`` (the task's deterministic test split, default options, ``test_size=200``) and, for a model
+directory exported from a run (``harness_task.json``), the run's own task under the run's eval name. Each suite
+carries its grader: the task's own exact verifier. Prompts are the raw task prompts (``37+48=``).
 """
 
 from __future__ import annotations
 
+from harness.evals.suites import GREEDY, Protocol, Suite
 from harness.records import MODEL_SUITE_FILE  # written by `harness export` into the model directory
-
-from .suites import GREEDY, Suite
 
 _registered = False
 TEST_SIZE = 200
 
 
-def _task_module():
-    try:
-        from harness.backends.pocket import tasks
-    except ImportError:
-        return None
-    return tasks
-
-
 def make_task(task_name: str, test_size: int = TEST_SIZE, options: dict | None = None):
-    tasks = _task_module()
-    if tasks is None:
-        raise ValueError("pocket suites need harness.backends.pocket (not importable)")
+    from harness.backends.pocket import tasks
+
     return tasks.make_task(task_name, test_size, options or {})
 
 
@@ -58,8 +47,6 @@ def register_model_suite(registry, model_dir) -> str | None:
     import json
     from pathlib import Path
 
-    from .suites import Protocol
-
     path = Path(str(model_dir)) / MODEL_SUITE_FILE
     if not path.is_file():
         return None
@@ -82,6 +69,7 @@ def register_model_suite(registry, model_dir) -> str | None:
         fields="prompt, answer",
         note=f"task {spec['task']!r} of run {spec.get('run_id')} (options {spec.get('options') or {}})",
         loader=_loader(spec["task"], int(spec["test_size"]), spec.get("options") or {}, spec.get("max_problems")),
+        grader=grade_pocket,
     )
     if name in registry:
         if registry.get(name).kind != "pocket":
@@ -92,13 +80,13 @@ def register_model_suite(registry, model_dir) -> str | None:
 
 
 def register_all(registry) -> None:
+    """``pocket_<task>`` for every registered task (once)."""
     global _registered
     if _registered:
         return
-    tasks = _task_module()
+    from harness.backends.pocket import tasks
+
     _registered = True
-    if tasks is None:
-        return
     for name in tasks.TASKS.names():
         sname = f"pocket_{name}"
         if sname in registry:
@@ -116,15 +104,17 @@ def register_all(registry) -> None:
                 fields="prompt, answer",
                 note=f"pocket task {name!r} test split",
                 loader=_loader(name),
+                grader=grade_pocket,
             ),
         )
 
 
 def grade_pocket(items: list[dict]) -> list[dict]:
     """Grade with each task's exact verifier (cheap: in-process, no pool)."""
+    import json
+
     cache: dict[str, object] = {}
     out = []
-    import json
 
     for it in items:
         name = it["pocket_task"]
