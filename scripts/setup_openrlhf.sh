@@ -37,9 +37,9 @@ PIP=("$VENV/bin/python" -m pip install -q -c constraints.txt)
 "${PIP[@]}" -e ".[test]"
 # math grading for the reward function (the eval extra minus lm-eval, which the OpenRLHF suite does not need)
 "${PIP[@]}" "math-verify==0.9.0" "antlr4-python3-runtime==4.13.2" || echo "setup_openrlhf: math-verify not installed; math reward tests will fail with a clear error" >&2
-# DeepSpeed's CPU ops (fused Adam, shared-memory comm) are JIT-compiled on first use (C++ compiler needed; ~2 min,
-# cached in ~/.cache/torch_extensions): build them now, so the CPU rehearsal's first cell does not pay for it.
-DS_ACCELERATOR=cpu "$VENV/bin/python" - <<'PY' || echo "setup_openrlhf: DeepSpeed CPU ops not prebuilt; the CPU rehearsal builds them on first use" >&2
+# DeepSpeed's CPU ops (fused Adam, shared-memory comm) are JIT-compiled on first use (C++ compiler needed; ~2 min):
+# build them now into the venv's own cache, where the CPU rehearsal's workers look (harness/backends/openrlhf/launch.py)
+DS_ACCELERATOR=cpu TORCH_EXTENSIONS_DIR="$VENV/torch_extensions" "$VENV/bin/python" - <<'PY' || echo "setup_openrlhf: DeepSpeed CPU ops not prebuilt; the CPU rehearsal builds them on first use" >&2
 import os, socket, torch, deepspeed
 with socket.socket() as s:
     s.bind(("127.0.0.1", 0)); port = s.getsockname()[1]

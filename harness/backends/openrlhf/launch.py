@@ -56,9 +56,10 @@ def runtime_env(extra_env: dict | None = None) -> dict:
     for key, value in os.environ.items():
         if key.startswith("HARNESS_"):
             env[key] = value
-    if env.get("HARNESS_OPENRLHF_REHEARSAL") == "1":  # CPU workers: one thread each, DeepSpeed's CPU accelerator
-        env.setdefault("OMP_NUM_THREADS", "1")
-        env.setdefault("DS_ACCELERATOR", "cpu")
+    if env.get("HARNESS_OPENRLHF_REHEARSAL") == "1":  # CPU workers: one thread each, DeepSpeed's CPU accelerator,
+        env.setdefault("OMP_NUM_THREADS", "1")  # its JIT-built ops in this venv (scripts/setup_openrlhf.sh builds
+        env.setdefault("DS_ACCELERATOR", "cpu")  # them there; a cache shared with other jobs was rebuilt under us)
+        env.setdefault("TORCH_EXTENSIONS_DIR", os.path.join(sys.prefix, "torch_extensions"))
     env.update(extra_env or {})
     return {"env_vars": env, "worker_process_setup_hook": HOOK}
 
@@ -147,6 +148,7 @@ def main(argv: list[str] | None = None) -> int:
 
     run_dir = Path(argv[0])
     run_dir.mkdir(parents=True, exist_ok=True)
+    print(f"harness: launching OpenRLHF for {run_dir}", flush=True)  # one line per launch (a resume adds one)
     write_eval_dataset()
     hook.install()
     nodes = [] if os.environ.get("RAY_ADDRESS") else slurm_nodes()
@@ -155,7 +157,9 @@ def main(argv: list[str] | None = None) -> int:
     t0, status = time.time(), "failed"
     try:
         if not ray.is_initialized():
-            ray.init(address=os.environ.get("RAY_ADDRESS"), runtime_env=runtime_env(), **rehearsal_ray_kwargs())
+            # a new local cluster unless RAY_ADDRESS names one (never a cluster some `ray start` left on the machine)
+            address = os.environ.get("RAY_ADDRESS") or "local"
+            ray.init(address=address, runtime_env=runtime_env(), **rehearsal_ray_kwargs())
         sys.argv = ["train_ppo_ray", *expand(argv[2:])]
         runpy.run_module("openrlhf.cli.train_ppo_ray", run_name="__main__", alter_sys=True)
         status = "completed"

@@ -1,8 +1,9 @@
 """The CPU rehearsal's two checks around the sweep (``scripts/ci_rehearsal.sh``).
 
-``interrupt``: start ``harness sweep SPEC --only CELL`` in its own session and SIGKILL the whole process group
-(harness, the launcher, Ray and its workers) once the cell has written the checkpoint and the metrics row of step
-``--after-step``: what a pre-empted or crashed job leaves behind. Nothing of the group may survive.
+``interrupt``: start ``harness sweep SPEC --only CELL`` in its own session and SIGKILL every process of the cell
+(the sweep, the cell's job in its own session, the launcher, Ray, and Ray's workers, which Ray starts in sessions
+of their own: found by the run directory in their environment) once the cell has written the checkpoint and the
+metrics row of step ``--after-step``: what a pre-empted or crashed job leaves behind. Nothing may survive.
 
 ``verify``: every cell of the sweep finished ``completed`` with one metrics row per step, an ``eval/step_N.json`` at
 every in-loop eval step, the after-training results attached, ``checkpoints/final``; the interrupted cell resumed
@@ -47,14 +48,36 @@ def _logged_steps(run_dir: Path) -> list[int]:
     return [json.loads(line)["step"] for line in path.read_text().splitlines() if line.strip().endswith("}")]
 
 
+def run_processes(run_dir: Path) -> list[int]:
+    """Live processes started for ``run_dir`` in any session: the plug-in config every launcher and Ray worker of
+    the run carries in its environment names the run directory (Ray starts workers in sessions of their own, and
+    a rollout worker can outlive a killed raylet)."""
+    needle = f'"run_dir": {json.dumps(os.path.abspath(os.fspath(run_dir)))}'.encode()  # as flags.build_plan
+    out = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            env = (entry / "environ").read_bytes()
+            state = (entry / "stat").read_text().rsplit(")", 1)[1].split()[0]
+        except OSError:
+            continue
+        if needle in env and state != "Z":  # zombies hold nothing and are not ours to reap
+            out.append(int(entry.name))
+    return out
+
+
 def _group_alive(pgid: int) -> list[int]:
     out = subprocess.run(["ps", "-eo", "pid=,pgid="], capture_output=True, text=True).stdout.split("\n")
     return [int(p) for p, g in (line.split() for line in out if line.strip()) if int(g) == pgid]
 
 
-def kill_after_step(cmd: list[str], run_dir: Path, after_step: int, log_path: Path, timeout_s: float = 900.0) -> dict:
-    """Run ``cmd`` (which trains ``run_dir``) in its own session and SIGKILL its whole process group once ``run_dir``
-    holds the checkpoint and the metrics row of step ``after_step``; checks that nothing of the group survived."""
+def kill_after_step(
+    cmd: list[str], run_dir: Path, after_step: int, log_path: Path, more_groups=lambda: [], timeout_s: float = 900.0
+) -> dict:
+    """Run ``cmd`` (which trains ``run_dir``) in its own session and SIGKILL its whole process group, and the groups
+    ``more_groups()`` names (a local sweep job's own session), once ``run_dir`` holds the checkpoint and the
+    metrics row of step ``after_step``; checks that nothing of those groups survived."""
     t0 = time.time()
     with open(log_path, "w") as log:
         proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
@@ -68,14 +91,25 @@ def kill_after_step(cmd: list[str], run_dir: Path, after_step: int, log_path: Pa
         os.killpg(proc.pid, signal.SIGKILL)
         raise SystemExit(f"error: {run_dir} did not reach step {after_step}'s checkpoint in {timeout_s:.0f} s")
     step = _checkpoint_step(run_dir)
-    os.killpg(proc.pid, signal.SIGKILL)
+    groups = [*more_groups(), proc.pid]
+    for pgid in groups:
+        try:
+            os.killpg(pgid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    for pid in run_processes(run_dir):  # the run's Ray workers, in sessions of their own
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
     proc.wait()
     deadline = time.time() + 30
-    while _group_alive(proc.pid) and time.time() < deadline:
+    while (any(_group_alive(g) for g in groups) or run_processes(run_dir)) and time.time() < deadline:
         time.sleep(0.5)
-    left = _group_alive(proc.pid)
+    left = [p for g in groups for p in _group_alive(g)] + run_processes(run_dir)
     if left:
-        raise SystemExit(f"error: processes {left} of the killed group survived the SIGKILL")
+        raise SystemExit(f"error: processes {left} of the killed run survived the SIGKILL")
+    time.sleep(2)  # nothing may write a result after the kill
     if (run_dir / "result.json").exists():
         raise SystemExit(f"error: {run_dir} has a result.json after the kill; nothing was interrupted")
     return {
@@ -91,8 +125,22 @@ def interrupt(spec: str, runs_dir: str, cell: str, after_step: int, log_path: Pa
     cells = _cells(spec, runs_dir)
     if cell not in cells:
         raise SystemExit(f"error: --cell {cell!r} is not a cell of {spec}; cells: {', '.join(cells)}")
+    run_dir = cells[cell][1]
     cmd = [sys.executable, "-m", "harness", "sweep", spec, "--runs-dir", runs_dir, "--only", cell, "--no-progress"]
-    return {"cell": cell, **kill_after_step(cmd, cells[cell][1], after_step, log_path)}
+
+    def job_groups():  # the local executor starts each cell's job controller in a session of its own
+        jobs = [json.loads(line) for line in (run_dir / "jobs.jsonl").read_text().splitlines() if line.strip()]
+        return [os.getpgid(int(j["job_id"])) for j in jobs if j.get("executor") == "local" and _alive(j["job_id"])]
+
+    return {"cell": cell, **kill_after_step(cmd, run_dir, after_step, log_path, more_groups=job_groups)}
+
+
+def _alive(pid) -> bool:
+    try:
+        os.kill(int(pid), 0)
+        return True
+    except (ProcessLookupError, ValueError):
+        return False
 
 
 def _fail(msg: str) -> None:
@@ -135,7 +183,7 @@ def check_cell(run_dir: Path, cfg, resumed_from: int | None = None) -> dict:
     if resumed_from is not None:
         if "Loading the checkpoint" not in log or f"'global_step': {resumed_from}" not in log:
             _fail(f"{run_dir}: the log shows no resume from global_step{resumed_from} (--ckpt.load_enable)")
-        launches = log.count("Started a local Ray instance")
+        launches = log.count("harness: launching OpenRLHF for")
         if launches != 2:
             _fail(f"{run_dir}: {launches} launches in openrlhf.log, expected 2 (killed, resumed)")
         after = log.split("Loading the checkpoint", 1)[1]
@@ -162,7 +210,7 @@ def check_leaderboard(path: Path, methods: list[str]) -> None:
         row = next((r for r in rows if [c.strip() for c in r.split("|")][2:3] == [m]), None)
         if row is None:
             _fail(f"{path}: no row for method {m}")
-        if not re.search(r"\| \d+\.\d \(n=\d+", row):
+        if not re.search(r"\| \d+\.\d( ± [\d.]+)? \(n=\d+", row):  # e.g. "| 87.5 ± 52.9 (n=2)"
             _fail(f"{path}: the row of {m} has no scores: {row}")
 
 
@@ -192,6 +240,7 @@ def main(argv=None) -> int:
     a.add_argument("--cell", required=True)
     a.add_argument("--after-step", type=int, default=2)
     a.add_argument("--out", required=True, help="JSON of what was killed (read by verify --resumed)")
+    a.add_argument("--log", help="the killed sweep's output (default: OUT.log)")
     v = sub.add_parser("verify")
     v.add_argument("--spec", required=True)
     v.add_argument("--runs-dir", required=True)
@@ -201,7 +250,7 @@ def main(argv=None) -> int:
     args = p.parse_args(argv)
     if args.cmd == "interrupt":
         Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-        out = interrupt(args.spec, args.runs_dir, args.cell, args.after_step, Path(args.out + ".log"))
+        out = interrupt(args.spec, args.runs_dir, args.cell, args.after_step, Path(args.log or args.out + ".log"))
         Path(args.out).write_text(json.dumps(out, indent=1) + "\n")
         print(f"interrupted {out['cell']} after step {out['killed_at_checkpoint_step']}'s checkpoint")
         return 0
