@@ -348,8 +348,7 @@ def test_decision_entropy_is_the_mean_over_decision_tokens(tmp_path):
     resp = torch.tensor(rows)
     ent = torch.tensor([[0.1, 0.8, 0.2, 0.05], [0.3, 0.4, 0.1, 0.0]])
     batch = Batch(resp, torch.ones_like(resp), 0, resp, torch.ones(resp.shape), None, ent)
-    trainer = type(
-        "T", (), {"task": make_task("countdown", 16, {"n_numbers": 2, "max_number": 9, "ordered": True}), "tok": tok}
-    )()
-    out = _decision_entropy(trainer, batch)
+    task = make_task("countdown", 16, {"n_numbers": 2, "max_number": 9, "ordered": True})
+    sampler = type("Sampler", (), {"task": task, "decode": staticmethod(tok.decode)})()  # the policy sampler's view
+    out = _decision_entropy(sampler, batch)
     assert out["entropy"] == pytest.approx((0.8 + 0.4) / 2) and out["tokens_per_response"] == pytest.approx(2 / 8)
