@@ -60,5 +60,8 @@ setup-trl:  # TRL 1.16.0 in .venv-trl, the baseline of bench-pocket
 bench-pocket: setup setup-trl  # pocket RL step vs TRL GRPOTrainer (equal work) vs the FLOP bound; a few minutes
 	$(BIN)/python benchmarks/bench_pocket.py
 
+bench-smollm2: setup-slow  # SmolLM2-135M RL step: fast path vs the transformers forward (time, peak RSS); ~6 CPU-min
+	$(BIN)/python benchmarks/bench_smollm2.py
+
 clean:
 	rm -rf $(VENV) .venv-openrlhf .venv-trl runs .pytest_cache
