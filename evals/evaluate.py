@@ -261,12 +261,15 @@ def _previous_datasets(summary: dict) -> dict[str, dict]:
 
 
 def _existing(path: Path, problems: list[dict], protocol: Protocol) -> dict[tuple, str]:
+    """(id, sample) -> response already generated; a line whose response is not a string (null: a hand-edited or
+    foreign file) does not count, so that sample is generated again."""
     ids = {p["id"] for p in problems}
     done = {}
     rows = read_jsonl(path)
     for r in rows:
-        if r.get("id") in ids and isinstance(r.get("sample"), int) and r["sample"] < protocol.n_samples:
-            done[(r["id"], r["sample"])] = r.get("response", "")
+        ok = isinstance(r.get("response"), str) and isinstance(r.get("sample"), int)
+        if ok and r.get("id") in ids and r["sample"] < protocol.n_samples:
+            done[(r["id"], r["sample"])] = r["response"]
     if rows and path.read_text() and not path.read_text().endswith("\n"):  # torn last line: rewrite cleanly
         write_jsonl(path, [r for r in rows])
     return done

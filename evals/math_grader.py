@@ -247,7 +247,10 @@ def grade_math(response: str, gold: str, *, parse_timeout: int = 5, boxes: str =
     """Grade one response in the calling thread (must be a main thread: math-verify uses SIGALRM).
 
     ``boxes``: ``last`` (default, the official protocol) or ``joined`` (the final answer's boxes, as math-verify
-    joins them). The gold is always every box it holds."""
+    joins them). The gold is always every box it holds. A missing gold (None, a float NaN from an empty table
+    cell, an empty string) grades nothing correct: ``bad_gold``."""
+    if gold is None or (isinstance(gold, float) and gold != gold) or not str(gold).strip():
+        return MathVerdict(False, extract_answer(response or "", boxes), "bad_gold")
     pred = extract_answer(response or "", boxes)
     if pred is None:
         return MathVerdict(False, None, "no_box")

@@ -422,11 +422,15 @@ class MethodBase:
         padded = bool(torch.count_nonzero(valid) < valid.numel())
         # padding may hold anything (even NaN): zero it so no masked product can turn it into NaN
         log_probs, old_log_probs, advantages = (
-            valid_tokens(name, x, valid, padded)
-            for name, x in (("log_probs", log_probs), ("old_log_probs", old_log_probs), ("advantages", advantages))
+            valid_tokens(name, x, valid, padded, sign)
+            for name, x, sign in (
+                ("log_probs", log_probs, 0),  # in log-ratio space only the difference matters (see validation)
+                ("old_log_probs", old_log_probs, 0),
+                ("advantages", advantages, 0),
+            )
         )
         if entropy is not None:
-            entropy = valid_tokens("entropy", entropy, valid, padded)
+            entropy = valid_tokens("entropy", entropy, valid, padded, sign=1)
         if selected is not None:
             selected = check_token_tensor("selected", selected, mask, float_only=False).bool()
         tok = self.per_token_loss(

@@ -48,9 +48,14 @@ def check_token_tensor(name: str, x, mask: torch.Tensor, *, float_only: bool = T
     return x
 
 
-def valid_tokens(name: str, x, valid: torch.Tensor, padded: bool = True) -> torch.Tensor:
+SIGN_TOLERANCE = 1e-2  # bf16/fp16 rounding of a log-prob near 0 or an entropy near 0 stays well inside this
+
+
+def valid_tokens(name: str, x, valid: torch.Tensor, padded: bool = True, sign: int = 0) -> torch.Tensor:
     """A (B,T) float input as the losses use it: at least float32 and 0 on padding (which may hold anything;
-    ``padded=False``: there is none); one finiteness pass, whose failure names the first non-finite valid token."""
+    ``padded=False``: there is none); one finiteness pass, whose failure names the first non-finite valid token.
+    ``sign=1``: an entropy (>= 0, up to ``SIGN_TOLERANCE``; a negated entropy would train silently); ``sign=-1``:
+    a log-probability (<= 0; the method API does not ask it: its losses read log-probs as log-ratios)."""
     x = _tensor(name, x)
     if tuple(x.shape) != tuple(valid.shape):
         raise ValueError(
@@ -65,6 +70,14 @@ def valid_tokens(name: str, x, valid: torch.Tensor, padded: bool = True) -> torc
         x = x.masked_fill(~valid, 0.0)
     if not bool(torch.isfinite(x.detach().sum())):  # a NaN/inf on a valid token (or an overflowing sum)
         check_token_tensor(name, x, valid)  # raises, naming the first bad token
+    if sign and bool((sign * x.detach() < -SIGN_TOLERANCE).any()):
+        bad = (sign * x.detach() < -SIGN_TOLERANCE) & valid
+        b, t = (int(i) for i in bad.nonzero()[0])
+        what = "a log-probability must be <= 0" if sign < 0 else "an entropy must be >= 0"
+        raise ValueError(
+            f"{name}[{b}, {t}] = {float(x.detach()[b, t]):.4g}: {what} ({int(bad.sum())} tokens break it; passed "
+            f"{'probabilities or negated log-probs' if sign < 0 else 'a negated entropy'}?)"
+        )
     return x
 
 

@@ -80,6 +80,14 @@ def test_eval_end_to_end(tiny_model, tiny_data, tmp_path, capsys):
     assert res2["metrics"] == res["metrics"]
     assert len(read_jsonl(gen)) == 4
 
+    # a line whose response is null (a hand-edited file) is generated again instead of crashing the eval
+    rows = read_jsonl(gen)
+    rows[0]["response"] = None
+    gen.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    assert main(args) == 0
+    res_null = json.loads((out / "results.json").read_text())["suites"]["math500"]
+    assert res_null["resumed_samples"] == 3 and res_null["metrics"] == res["metrics"]
+
     # a larger problem set in the same directory reuses what is there
     out2 = tmp_path / "out2"
     first = [

@@ -197,3 +197,11 @@ def test_grader_never_accepts_a_different_number_in_the_ambiguous_families():
         ]
     for pred, gold, expected in pairs:
         assert grade_math(f"\\boxed{{{pred}}}", gold).correct is expected, (pred, gold)
+
+
+@pytest.mark.parametrize("gold", [float("nan"), None, "", "  "])
+def test_a_missing_gold_grades_nothing_correct(gold):
+    """Issue 29 item 12: a NaN gold (an empty cell read by pandas) graded '\\boxed{nan}' correct."""
+    for response in ("\\boxed{nan}", "\\boxed{5}", "\\boxed{}"):
+        verdict = grade_math(response, gold)
+        assert not verdict.correct and verdict.reason == "bad_gold"

@@ -25,8 +25,9 @@ def test_example_registers_and_caps_the_importance_weight(capped_pg):
     assert "capped_pg" in harness.list_methods()
     m = harness.get_method("capped_pg", cap=2.0)
     assert "eps_low" not in m.to_config()  # a MethodBase: no clip options
-    lp = torch.tensor([[0.0, math.log(5.0)]], requires_grad=True)  # ratios 1 and 5 against old log-probs 0
-    out = m.policy_loss(lp, torch.zeros(1, 2), torch.tensor([[1.0, 1.0]]), torch.ones(1, 2))
+    lp = torch.tensor([[math.log(0.5), math.log(0.5)]], requires_grad=True)
+    old = torch.tensor([[math.log(0.5), math.log(0.1)]])  # ratios 1 and 5
+    out = m.policy_loss(lp, old, torch.tensor([[1.0, 1.0]]), torch.ones(1, 2))
     # token 0: -1 * 1; token 1: the weight 5 is capped at 2: -2; token mean -1.5
     assert out.loss.item() == pytest.approx(-1.5)
     out.loss.backward()

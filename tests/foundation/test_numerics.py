@@ -105,3 +105,18 @@ def test_mask_values_other_than_0_1_are_refused(bad):
     mask[0, 0] = bad
     with pytest.raises(ValueError, match="mask must hold only 0/1"):
         harness.get_method("grpo").policy_loss(lp, old, adv, mask)
+
+
+def test_a_negative_entropy_is_refused_naming_the_token():
+    """Issue 29 item 12: a negated entropy passed as entropy= trained silently (the bonus then lowered entropy).
+    Log-probs are not sign-checked: the loss reads them in log-ratio space, where the method tests' hand-worked
+    inputs (log r = ln 4 as log_probs over old_log_probs = 0) are legitimate."""
+    m = harness.get_method("entropy_bonus")
+    mask = torch.ones(2, 3)
+    lp, adv = -torch.rand(2, 3), torch.ones(2, 3)
+    with pytest.raises(ValueError, match=r"entropy\[1, 2\] = -0.5: an entropy must be >= 0"):
+        m.policy_loss(lp, lp, adv, mask, entropy=torch.tensor([[0.1, 0.2, 0.3], [0.1, 0.2, -0.5]]))
+    # rounding at 0 is fine (bf16), and padding may hold anything
+    ent = torch.tensor([[0.1, -1e-3, -7.0], [0.1, 0.2, 0.3]])
+    fine = m.policy_loss(lp, lp, adv, torch.tensor([[1, 1, 0], [1, 1, 1]]), entropy=ent)
+    assert torch.isfinite(fine.loss)
