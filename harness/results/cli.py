@@ -276,6 +276,14 @@ def cmd_fit(args) -> int:
         except (pd_errors().ParserError, pd_errors().EmptyDataError) as e:
             first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
             raise ValueError(f"--csv {', '.join(map(str, args.csv))}: not a readable CSV ({first})") from None
+        dropped = pts.attrs.get("dropped_steps") or []
+        if dropped:  # steps logged without both values (an eval every k steps, a failed export): said, not hidden
+            shown = ", ".join(str(s) for s in dropped[:8]) + (" ..." if len(dropped) > 8 else "")
+            print(
+                f"note: {len(dropped)} of {len(dropped) + len(pts)} rows have no number for {args.entropy_col!r} "
+                f"or {args.score_col!r} and are left out of the fit (steps {shown})",
+                file=sys.stderr,
+            )
         try:
             pooled = fit_entropy_law(pts["entropy"], pts["score"], args.fit_fraction, label=str(args.csv[0]))
         except ValueError as e:

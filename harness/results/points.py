@@ -130,4 +130,7 @@ def csv_points(paths: list[str | Path], entropy_col: str, score_col: str, step_c
         columns={"__step": "step", entropy_col: "entropy", score_col: "score"})
     out["entropy"] = pd.to_numeric(out["entropy"], errors="coerce")
     out["score"] = pd.to_numeric(out["score"], errors="coerce")
-    return out.dropna().sort_values("step").reset_index(drop=True)
+    kept = out.dropna().sort_values("step").reset_index(drop=True)
+    dropped = out[out[["entropy", "score"]].isna().any(axis=1)]
+    kept.attrs["dropped_steps"] = sorted(dropped["step"].tolist())  # rows left out: no number in a column
+    return kept

@@ -134,6 +134,10 @@ def build_leaderboard(col: Collection | None, baseline: str | None = None, refer
                                                  "status", *PROVENANCE_COLS]]
         per_run = per_run.join(ident)
         per_run["flag"] = np.where(per_run["status"] == FLAG_INSUFFICIENT, FLAG_INSUFFICIENT, "")
+        for _, r in ev[ev["value"].isna()].iterrows():  # a null score is left out of n, and said
+            who = ident.loc[r["run_dir"]]
+            notes.append(f"MISSING: {who['model']} {who['label']} seed {_seed(who['seed'])} has no {r['column']} "
+                         f"score (null in its results: {r['run_dir']}); that column's n leaves it out")
         suite_cols = sorted(ev["column"].unique(), key=_column_order)
         task_cols = ev.groupby(ev["task"].astype(str))["column"].apply(lambda s: ";".join(sorted(set(s)))).to_dict()
         keys = ["model", "task", "setting", "label", "flag"]

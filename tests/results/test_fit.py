@@ -109,9 +109,13 @@ def test_cli_fit_csv_wandb_and_tensorboard(tmp_path, capsys):
     wb.write_text("\n".join(rows) + "\n")
     assert main(["fit", "--csv", str(wb), "--entropy-col", "train_entropy/all", "--score-col", "val/score-all",
                  "--json", "--fit-fraction", "0.5"]) == 0
-    out = json.loads(capsys.readouterr().out)
+    cap = capsys.readouterr()
+    out = json.loads(cap.out)
     assert out["a"] == pytest.approx(0.25) and out["n_points"] == 3 and out["n_heldout"] == 3
     assert "rmse_heldout" in out
+    # the odd steps have no score: said, with the steps (they used to vanish silently; issue 29 item 12)
+    assert "note: 6 of 12 rows have no number for 'train_entropy/all' or 'val/score-all'" in cap.err
+    assert "(steps 1, 3, 5, 7, 9, 11)" in cap.err
     ent, score = tmp_path / "entropy.csv", tmp_path / "score.csv"
     ent.write_text("Wall time,Step,Value\n" + "".join(f"0,{i},{h[i]}\n" for i in range(12)))
     score.write_text("Wall time,Step,Value\n" + "".join(f"0,{i},{r[i]}\n" for i in range(12)))

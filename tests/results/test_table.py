@@ -179,3 +179,14 @@ def test_harness_eval_output_is_an_eval_only_row(runs_root, mk, suite):
     assert row["A_mean"] == pytest.approx(30.0) and row["avg_samples_mean"] == pytest.approx((30 * 40 + 60 * 20) / 60)
     assert row["model"] == "pocket-1m" and _row(lb, "kl_cov")["delta_avg_samples"] == pytest.approx(70 - 63.3333,
                                                                                                   abs=1e-3)
+
+
+def test_a_seed_with_a_null_score_is_named(runs_root, mk, suite):
+    """Issue 29 item 12: a seed whose score is null left the row's n smaller with no word about it."""
+    mk(runs_root, "g0", method="grpo", seed=0, suites={"A": suite("A", 0.5)})
+    mk(runs_root, "g1", method="grpo", seed=1, suites={"A": suite("A", None)})
+    mk(runs_root, "g2", method="grpo", seed=2, suites={"A": suite("A", 0.7)})
+    lb = build_leaderboard(collect([runs_root]))
+    g = _row(lb, "grpo")
+    assert g["A_n"] == 2 and g["A_mean"] == pytest.approx(60.0)
+    assert any(n.startswith("MISSING: pocket-1m grpo seed 1 has no A score") for n in lb.notes), lb.notes
