@@ -154,7 +154,9 @@ def _submit(
             f"{spec.name}: submitting {len(todo)} of {len(cells)} cells ({resumed} resume from a checkpoint) "
             f"with the {args.executor} executor into {runs_dir}"
         )
-        report = submit_cells(todo, runs_dir, args.executor, sweep=spec.name, progress=not args.no_progress)
+        report = submit_cells(
+            todo, runs_dir, args.executor, sweep=spec.name, progress=not args.no_progress, population=spec.population
+        )
         if report.refused:
             print(
                 f"{len(report.refused)} cells refused by the scheduler (marked failed); the rest were submitted",
@@ -290,6 +292,8 @@ def print_plan(spec: SweepSpec, cells: list[Cell], runs_dir: Path, executor: str
     for k, (res, group) in enumerate(groups):
         params = executor_parameters(res, "slurm", f"{spec.name}-g{k}")
         print(f"\ngroup g{k}: {len(group)} cells, one job array; submitit parameters (slurm executor):")
+        if spec.population == "auto":
+            print_populations(group, executor, res)
         for key, value in params.items():
             print(f"    {key}: {value}")
         commands = launch_commands(group, runs_dir)
@@ -297,6 +301,21 @@ def print_plan(spec: SweepSpec, cells: list[Cell], runs_dir: Path, executor: str
             print(f"  {c.alias}  id={c.id}  dir={C.cell_dir(runs_dir, c)}")
             print(f"    $ {commands[c.id]}")
             print(f"    {describe_eval(load_config(c.config))}")
+
+
+def print_populations(group: list[Cell], executor: str, resources: dict) -> None:
+    """``population: auto``: the population jobs the group's cells would form, and why cells train apart."""
+    from harness.sweeps.population import describe, plan_units
+    from harness.sweeps.resources import local_parallelism
+
+    parallel = local_parallelism(resources) if executor == "local" else None
+    units, notes = plan_units(group, "auto", parallel)
+    print(f"  population: auto: {describe(units)}")
+    for u in units:
+        if u.population:
+            print(f"    population of {len(u.cells)}: {', '.join(c.alias for c in u.cells)}")
+    for note in notes:
+        print(f"    {note}")
 
 
 def print_resubmit_hint(rows: list[CellStatus], spec: str | Path, runs_dir: Path) -> None:

@@ -7,6 +7,8 @@ zip: [{<path>: [...], <path>: [...]}]        # each entry: axes moving together 
 exclude: [{<path>: value, ...}]              # drop cells matching all given paths
 seeds: [0, 1]                                # sets `seed`
 resources: {default: {...}, groups: [{match: {<path>: value}, <resource keys>...}]}
+population: auto                             # or off (default): cells that differ only in seed and method
+                                             # train as one population job (harness/sweeps/population.py)
 """
 
 from __future__ import annotations
@@ -22,7 +24,8 @@ from harness.io import read_yaml_mapping
 from harness.registry import did_you_mean
 from harness.sweeps.resources import check_resources
 
-TOP_KEYS = ("name", "description", "base", "grid", "zip", "exclude", "seeds", "resources")
+TOP_KEYS = ("name", "description", "base", "grid", "zip", "exclude", "seeds", "resources", "population")
+POPULATION_MODES = ("auto", "off")
 RESOURCE_SECTION_KEYS = ("default", "groups")
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 
@@ -49,6 +52,7 @@ class SweepSpec:
     resources_default: dict = field(default_factory=dict)
     resource_groups: list[dict] = field(default_factory=list)  # each: {"match": {...}, **resources}
     description: str = ""
+    population: str = "off"  # auto: cells that can train as one population do (harness/sweeps/population.py)
     source: Path | None = None  # the spec file, when read from one
     raw: dict = field(default_factory=dict)
 
@@ -90,11 +94,28 @@ def _parse(data: dict, path: Path | None) -> SweepSpec:
         raise SpecError("the sweep has no axes: give `grid`, `zip` or `seeds`")
     _check_overlaps(axes)
     spec = SweepSpec(
-        name=name, base=base, axes=axes, description=str(data.get("description") or ""), source=path, raw=data
+        name=name,
+        base=base,
+        axes=axes,
+        description=str(data.get("description") or ""),
+        population=_population(data.get("population", "off")),
+        source=path,
+        raw=data,
     )
     spec.exclude = _exclude(data.get("exclude", []), spec)
     spec.resources_default, spec.resource_groups = _resources(data.get("resources", {}), spec)
     return spec
+
+
+def _population(value: Any) -> str:
+    if value is False:  # YAML reads a bare `off` as false
+        return "off"
+    if value not in POPULATION_MODES:
+        raise SpecError(
+            f"population: {value!r} is not allowed. Allowed: auto (cells that differ only in seed and method train "
+            f"as one population job) or off (one job per cell, the default)"
+        )
+    return value
 
 
 def _base(value: Any, spec_path: Path | None) -> dict:

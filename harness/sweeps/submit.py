@@ -6,7 +6,9 @@
     debug   in this process, one cell after another (breakpoints work)
 
 A group that the scheduler refuses (sbatch error) marks its cells failed with the scheduler's message in
-``submit_error.json`` and the other groups are still submitted.
+``submit_error.json`` and the other groups are still submitted. With ``population="auto"`` the cells of a group
+that can train together go as population jobs (harness/sweeps/population.py): one job trains several cells, and
+each member cell records that job.
 """
 
 from __future__ import annotations
@@ -60,6 +62,7 @@ def submit_cells(
     target: str = DEFAULT_TARGET,
     progress: bool = True,
     log: Callable[[str], None] = print,
+    population: str = "off",
 ) -> SubmitReport:
     """Submit ``cells`` (already materialised under ``runs_dir``) and record job ids in their directories."""
     check_executor(executor)
@@ -80,15 +83,55 @@ def submit_cells(
             ex = make_executor(executor, folder, resources, name=f"{sweep}-{gname}")
         except (ValueError, NameError, AssertionError) as e:
             raise ValueError(f"resources of {group[0].alias}: submitit rejected them: {e}") from None
+        parallel = local_parallelism(resources) if executor == "local" else None
+        units = _units(group, population, parallel, runs_dir, log)
         if executor == "slurm":
-            _submit_array(ex, group, dirs, target, folder, gname, report, log)
+            if all(len(u.cells) == 1 and not u.population for u in units):
+                _submit_array(ex, group, dirs, target, folder, gname, report, log)
+            else:
+                _submit_units(ex, units, runs_dir, folder, gname, report, log)
         elif executor == "local":
-            _run_local(ex, group, dirs, target, folder, gname, report, local_parallelism(resources), bar)
+            _run_local(ex, units, runs_dir, target, folder, gname, report, parallel, bar)
         else:
-            _run_debug(ex, group, dirs, target, folder, gname, report, bar)
+            _run_debug(ex, units, runs_dir, target, folder, gname, report, bar)
     if bar is not None:
         bar.close()
     return report
+
+
+def _units(group, population, parallel, runs_dir, log):
+    """The jobs of a resource group: one per cell, or population jobs (``population: auto``)."""
+    from harness.sweeps.population import describe, plan_units
+
+    units, notes = plan_units(group, population, parallel)
+    if population == "auto":
+        log(f"population: auto: {len(group)} cells as {describe(units)}")
+        for note in notes:
+            log(f"  {note}")
+    return units
+
+
+def _submit_units(ex, units, runs_dir, folder, gname, report, log) -> None:
+    """SLURM: one array task per unit (a population or a cell alone)."""
+    from harness.sweeps.population import PopulationJob
+
+    args = [[str(C.cell_dir(runs_dir, c)) for c in u.cells] for u in units]
+    try:
+        jobs = [ex.submit(PopulationJob(u.population), a) for u, a in zip(units, args)]
+    except Exception as e:  # noqa: BLE001 - sbatch's refusal: show it, mark the cells, go on
+        message = str(e).strip() or type(e).__name__
+        for u, a in zip(units, args):
+            for c, d in zip(u.cells, a):
+                C.record_submit_error(Path(d), message, "slurm")
+                report.refused[c.id] = message
+        log(f"sbatch refused group {gname}: {message}")
+        return
+    for u, a, job in zip(units, args, jobs):
+        for c, d in zip(u.cells, a):
+            C.record_job(Path(d), job.job_id, "slurm", folder / "%j", gname)
+            report.submitted.append(c.id)
+            report.job_ids[c.id] = job.job_id
+    log(f"submitted group {gname}: {sum(len(u.cells) for u in units)} cells as {len(jobs)} jobs")
 
 
 def _submit_array(ex, group, dirs, target, folder, gname, report, log) -> None:
@@ -130,24 +173,35 @@ def _own_session():
         local_mod.subprocess = subprocess
 
 
-def _run_local(ex, group, dirs, target, folder, gname, report, parallel, bar) -> None:
-    queue = list(zip(group, dirs))
+def _submit_unit(ex, unit, runs_dir, target):
+    """Submit one unit; returns (job, its cell directories)."""
+    from harness.sweeps.population import PopulationJob
+
+    dirs = [C.cell_dir(runs_dir, c) for c in unit.cells]
+    if unit.population:
+        return ex.submit(PopulationJob(True), [str(d) for d in dirs]), dirs
+    return ex.submit(CellJob(target), str(dirs[0])), dirs
+
+
+def _run_local(ex, units, runs_dir, target, folder, gname, report, parallel, bar) -> None:
+    queue = list(units)
     running: list = []
     try:
         while queue or running:
             while queue and len(running) < parallel:
-                c, d = queue.pop(0)
+                unit = queue.pop(0)
                 with _own_session():
-                    job = ex.submit(CellJob(target), str(d))
-                C.record_job(d, job.job_id, "local", folder / "%j", gname)
-                report.submitted.append(c.id)
-                report.job_ids[c.id] = job.job_id
-                running.append((job, d))
+                    job, dirs = _submit_unit(ex, unit, runs_dir, target)
+                for c, d in zip(unit.cells, dirs):
+                    C.record_job(d, job.job_id, "local", folder / "%j", gname)
+                    report.submitted.append(c.id)
+                    report.job_ids[c.id] = job.job_id
+                running.append((job, dirs))
             time.sleep(0.2)
             finished = [(j, d) for j, d in running if j.done()]
             running = [r for r in running if r not in finished]
             if bar is not None and finished:
-                bar.update(len(finished))
+                bar.update(sum(len(d) for _, d in finished))
     except KeyboardInterrupt:  # stop the cells of this machine too; a rerun resumes them from their checkpoints
         _stop_local(running)
         raise
@@ -160,8 +214,9 @@ def _stop_local(running: list, grace_s: float = 60.0) -> None:
 
     from harness.io import atomic_write_json
 
-    for job, d in running:
-        atomic_write_json(Path(d) / INTERRUPTED_FILE, {"time": time.time(), "job_id": job.job_id})
+    for job, dirs in running:
+        for d in dirs:
+            atomic_write_json(Path(d) / INTERRUPTED_FILE, {"time": time.time(), "job_id": job.job_id})
         proc = getattr(job, "_process", None)
         if proc is not None and proc.poll() is None:
             proc.send_signal(signal.SIGTERM)  # the controller forwards it to the trainer
@@ -180,18 +235,19 @@ def _stop_local(running: list, grace_s: float = 60.0) -> None:
             job.cancel(check=False)
 
 
-def _run_debug(ex, group, dirs, target, folder, gname, report, bar) -> None:
-    for c, d in zip(group, dirs):
-        job = ex.submit(CellJob(target), str(d))
-        C.record_job(d, job.job_id, "debug", folder / "%j", gname)
-        report.submitted.append(c.id)
-        report.job_ids[c.id] = job.job_id
+def _run_debug(ex, units, runs_dir, target, folder, gname, report, bar) -> None:
+    for unit in units:
+        job, dirs = _submit_unit(ex, unit, runs_dir, target)
+        for c, d in zip(unit.cells, dirs):
+            C.record_job(d, job.job_id, "debug", folder / "%j", gname)
+            report.submitted.append(c.id)
+            report.job_ids[c.id] = job.job_id
         try:
             job.result()
         except Exception:  # noqa: BLE001 - the job wrote job_error.json; status reports it
             pass
         if bar is not None:
-            bar.update(1)
+            bar.update(len(dirs))
 
 
 def wait_for(

@@ -52,6 +52,12 @@ from .trainer import (
 # config keys members may differ in; everything else (model, task, batch shapes, steps, lr, eval) is shared
 MEMBER_KEYS = ("seed", "method", "name", "logging")
 CHUNK_ROWS = 512  # generation chunk (PocketTrainer._generate's chunk_size): the draws come in the same order
+# Members per set of stacked tensors (``Group``), and rows per batched generation call. At pocket sizes on a CPU
+# the step is bound by memory traffic more than by per-op overhead: stacking more members than this makes each
+# op's working set fall out of cache and costs more than it saves (benchmarks/bench_population.py). A member's
+# numbers do not depend on these (stacked.py).
+GROUP_MEMBERS = 4
+GENERATE_ROWS = 2048
 
 
 def why_apart(configs) -> str | None:
@@ -188,7 +194,7 @@ class Population:
                 for i, doc in self.evaluate(first, 0).items():
                     self.last_eval[i] = doc
                     self.trainers[i].trackers.log_eval(doc)
-        group = None
+        groups = []
         try:
             with deferred_interrupts(self.stop):
                 while True:
@@ -201,12 +207,14 @@ class Population:
                     until = min(later) if later else self.trainers[members[0]].cfg.train.steps
                     if len(later):
                         self.log(f"population: {len(members)} member(s) at step {low} train alone up to step {until}")
-                    group = Group(self, members)
-                    self.train_until(group, until)
-                    group.sync()
-                    group = None
+                    k = GROUP_MEMBERS
+                    groups = [Group(self, members[a : a + k]) for a in range(0, len(members), k)]
+                    self.train_until(groups, until)
+                    for group in groups:
+                        group.sync()
+                    groups = []
         except StopRequested as e:  # first Ctrl-C / SIGTERM: every member checkpointed at its last step
-            if group is not None:
+            for group in groups:
                 group.sync()
             for i in self.live():
                 self.trainers[i].save_checkpoint(self.step[i])
@@ -234,15 +242,16 @@ class Population:
             out.append(result)
         return out
 
-    def train_until(self, group: Group, until: int) -> None:
+    def train_until(self, groups: list[Group], until: int) -> None:
+        """Train every group one step at a time up to step ``until`` (the groups' members are all at one step)."""
         from tqdm.auto import tqdm
 
-        t_first = self.trainers[group.members[0]]
-        step = self.step[group.members[0]]
+        t_first = self.trainers[groups[0].members[0]]
+        step = self.step[groups[0].members[0]]
         bar = tqdm(
             total=t_first.cfg.train.steps,
             initial=step,
-            desc=f"population of {len(group.members)} ({t_first.cfg.model.name})",
+            desc=f"population of {sum(len(g.members) for g in groups)} ({t_first.cfg.model.name})",
             leave=False,
             disable=not t_first.cfg.logging.progress,
             mininterval=0.5,
@@ -253,39 +262,44 @@ class Population:
             while step < until:
                 if self.stop:
                     raise StopRequested(self.stop["stop"])
-                live = [i for i in group.members if i not in self.failed]
-                if not live:
-                    return
-                t0 = time.time()
-                before = {i: dict(self.trainers[i].timing) for i in live}
-                metrics = self.train_step(group, step + 1)
+                for group in groups:
+                    self._one_step(group, step + 1, t_start)
                 step += 1
-                rows = {}
-                for i in [i for i in live if i not in self.failed]:
-                    t, row = self.trainers[i], {"step": step}
-                    row.update(metrics[i])
-                    for key in ("rollout", "score", "update"):
-                        row[f"time/{key}"] = round(t.timing[f"{key}_s"] - before[i][f"{key}_s"], 4)
-                    row["time/step"] = time.time() - t0
-                    row["time/wall"] = time.time() - t_start
-                    rows[i] = row
-                due = [i for i in rows if self.trainers[i].eval_due(step)]
-                if due:
-                    for i, doc in self.evaluate(due, step, group).items():
-                        self.last_eval[i] = doc
-                        add_eval(rows[i], doc)
-                ckpt = [i for i in rows if self.trainers[i].checkpoint_due(step)]
-                if ckpt:
-                    group.sync()
-                for i, row in rows.items():
-                    t = self.trainers[i]
-                    t.record_step(row, step)
-                    self.step[i] = step
-                    if i in ckpt:
-                        t.save_checkpoint(step)
                 bar.update(1)
         finally:
             bar.close()
+
+    def _one_step(self, group: Group, step: int, t_start: float) -> None:
+        """Step ``step`` of the group's members: train, log, eval when due, checkpoint when due."""
+        live = [i for i in group.members if i not in self.failed]
+        if not live:
+            return
+        t0 = time.time()
+        before = {i: dict(self.trainers[i].timing) for i in live}
+        metrics = self.train_step(group, step)
+        rows = {}
+        for i in [i for i in live if i not in self.failed]:
+            t, row = self.trainers[i], {"step": step}
+            row.update(metrics[i])
+            for key in ("rollout", "score", "update"):
+                row[f"time/{key}"] = round(t.timing[f"{key}_s"] - before[i][f"{key}_s"], 4)
+            row["time/step"] = time.time() - t0
+            row["time/wall"] = time.time() - t_start
+            rows[i] = row
+        due = [i for i in rows if self.trainers[i].eval_due(step)]
+        if due:
+            for i, doc in self.evaluate(due, step, group).items():
+                self.last_eval[i] = doc
+                add_eval(rows[i], doc)
+        ckpt = [i for i in rows if self.trainers[i].checkpoint_due(step)]
+        if ckpt:
+            group.sync()
+        for i, row in rows.items():
+            t = self.trainers[i]
+            t.record_step(row, step)
+            self.step[i] = step
+            if i in ckpt:
+                t.save_checkpoint(step)
 
     # ------------------------------------------------------------------------------------ generation
     def drive(self, plans: dict, group: Group | None) -> dict:
@@ -311,7 +325,11 @@ class Population:
                 by_kind.setdefault(key, []).append(i)
             answers = {}
             for members in by_kind.values():
-                answers.update(self.generate(members, {i: pending[i] for i in members}, group))
+                req = pending[members[0]]
+                per_call = max(1, GENERATE_ROWS // min(CHUNK_ROWS, len(req.problems) * req.n))
+                for a in range(0, len(members), per_call):
+                    part = members[a : a + per_call]
+                    answers.update(self.generate(part, {i: pending[i] for i in part}, group))
             for i in list(pending):
                 advance(i, answers[i])
         return results
@@ -465,11 +483,7 @@ class Population:
     @staticmethod
     def _subset(params: FlatParams, pos: list[int], grad: bool) -> FlatParams:
         """``params`` of the group positions ``pos`` (differentiable into the group's buffer when ``grad``)."""
-        if len(pos) == params.members and pos == list(range(params.members)):
-            return params if grad else FlatParams(params.pieces, params.shapes, params.flat.detach())
-        index = torch.tensor(pos, device=params.flat.device)
-        src = params.flat if grad else params.flat.detach()
-        return FlatParams(params.pieces, params.shapes, src[index])
+        return params.subset(pos, grad)
 
     def _chunked(self, dec, params, positions, fixed, temperature, with_entropy, logits=False):
         """No-grad forward of every row of each member (in micro-batch chunks); per position (lp, ent[, logits])

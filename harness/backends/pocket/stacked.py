@@ -17,10 +17,15 @@ multiple of the vector width), so one member trained alone and in a population o
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
+
+# the members' gradients are strided views of one buffer on purpose (FlatParams); torch warns once that such a
+# gradient "may impair performance" (it accumulates in place all the same)
+warnings.filterwarnings("ignore", message="grad and param do not obey the gradient layout contract")
 
 ROW_MULTIPLE = 16  # rows of every stacked batch: a member's slice of any activation is a multiple of 32 floats
 FLAT_MULTIPLE = 64  # floats per member row of the parameter buffer
@@ -76,13 +81,14 @@ def layout(model) -> list[Piece]:
 
 
 class FlatParams:
-    """The parameters of M members in one (M, N) buffer; ``views()`` gives {key: (M, *shape)} views of it.
+    """The parameters of M members in one (M, N) storage ``flat``: ``views()`` gives {key: (M, *shape)} leaf
+    tensors that share it, whose gradients land in one (M, N) buffer ``grad``. The optimizer updates ``flat``
+    with a handful of large element-wise ops per step; each key is its own leaf, so a backward writes only the
+    gradient of what it touched (views of one big leaf would each materialise a full-size gradient)."""
 
-    The buffer is the leaf the optimizer updates (a handful of large element-wise ops per step); gradients of the
-    views land in ``flat.grad`` (M, N)."""
-
-    def __init__(self, pieces: list[Piece], shapes: dict[str, tuple], flat: torch.Tensor):
+    def __init__(self, pieces: list[Piece], shapes: dict[str, tuple], flat: torch.Tensor, requires_grad: bool):
         self.pieces, self.shapes, self.flat = pieces, shapes, flat
+        self.requires_grad = requires_grad
         self.offsets, off = {}, 0
         for key, shape in shapes.items():
             n = 1
@@ -90,6 +96,13 @@ class FlatParams:
                 n *= s
             self.offsets[key] = (off, n)
             off += n
+        self.grad = torch.zeros_like(flat) if requires_grad else None
+        self._leaves = self._views(flat)
+        if requires_grad:
+            grads = self._views(self.grad)
+            for k, leaf in self._leaves.items():
+                leaf.requires_grad_(True)
+                leaf.grad = grads[k]  # backward accumulates into the buffer in place
 
     @classmethod
     def from_members(cls, pieces: list[Piece], per_member: list[dict[str, torch.Tensor]], requires_grad=True):
@@ -99,32 +112,33 @@ class FlatParams:
             groups.setdefault(p.key, []).append(p)
         for parts in groups.values():
             parts.sort(key=lambda p: p.start or 0)
-        rows = []
-        shapes = None
+        rows, shapes = [], None
         for sd in per_member:
-            tensors = {
-                k: torch.cat([sd[p.hf] for p in ps]) if len(ps) > 1 else sd[ps[0].hf] for k, ps in groups.items()
-            }
+            tensors = {k: torch.cat([sd[p.hf].detach() for p in ps]) for k, ps in groups.items()}
             shapes = shapes or {k: tuple(t.shape) for k, t in tensors.items()}
-            rows.append(torch.cat([t.detach().reshape(-1) for t in tensors.values()]))
-        n = rows[0].numel()
-        pad = (-n) % FLAT_MULTIPLE
+            rows.append(torch.cat([t.reshape(-1) for t in tensors.values()]))
+        pad = (-rows[0].numel()) % FLAT_MULTIPLE
         flat = torch.stack([torch.nn.functional.pad(r, (0, pad)) for r in rows]).contiguous()
-        return cls(pieces, shapes, flat.requires_grad_(requires_grad))
+        return cls(pieces, shapes, flat, requires_grad)
 
     @property
     def members(self) -> int:
         return self.flat.shape[0]
 
-    def views(self, source: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
-        """{key: (M, *shape)} views of the buffer (or of ``source``, a tensor laid out like it: grads, states)."""
-        t = self.flat if source is None else source
+    def _views(self, t: torch.Tensor) -> dict[str, torch.Tensor]:
         M = t.shape[0]
         return {k: t[:, off : off + n].view((M, *self.shapes[k])) for k, (off, n) in self.offsets.items()}
 
+    def views(self) -> dict[str, torch.Tensor]:
+        """{key: (M, *shape)} parameter tensors (leaves when the buffer trains)."""
+        return self._leaves
+
+    def zero_grad(self) -> None:
+        self.grad.zero_()
+
     def member_tensors(self, m: int, source: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
         """{hf name: tensor} of member ``m`` (copies) from the buffer or from a tensor laid out like it."""
-        views = self.views((self.flat if source is None else source)[m : m + 1].detach())
+        views = self._views((self.flat if source is None else source)[m : m + 1].detach())
         out = {}
         for p in self.pieces:
             t = views[p.key][0]
@@ -135,9 +149,19 @@ class FlatParams:
         """An (M, N) tensor laid out like the buffer from each member's {hf name: tensor} (optimizer states)."""
         return FlatParams.from_members(self.pieces, per_member, requires_grad=False).flat
 
-    def subset(self, index: list[int]) -> FlatParams:
-        """The members ``index`` as a detached buffer (generation of some members only)."""
-        return FlatParams(self.pieces, self.shapes, self.flat.detach()[index])
+    def subset(self, index: list[int], grad: bool = False):
+        """The members ``index``: a detached copy (``grad`` False), or {key: tensor} differentiable into this
+        buffer (``grad`` True; the whole buffer itself when ``index`` is every member in order)."""
+        if not grad:
+            return FlatParams(self.pieces, self.shapes, self.flat[index], False)
+        if index == list(range(self.members)):
+            return self
+        rows = torch.tensor(index, device=self.flat.device)
+        sub = object.__new__(FlatParams)
+        sub.__dict__.update(self.__dict__)
+        sub._leaves = {k: v[rows] for k, v in self._leaves.items()}
+        sub.flat = None  # a differentiable selection, not a buffer
+        return sub
 
 
 class StackedDecoder:
@@ -173,7 +197,7 @@ class StackedDecoder:
 
     @property
     def members(self) -> int:
-        return self.flat.members
+        return next(iter(self.flat.views().values())).shape[0]
 
     def _rope_tables(self, device, dtype, n_pos: int):
         if n_pos > self._cos.shape[0]:

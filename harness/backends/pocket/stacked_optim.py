@@ -39,23 +39,17 @@ class StackedOptimizer:
 
     # ------------------------------------------------------------------------------------ gradients
     def zero_grad(self) -> None:
-        self.params.flat.grad = None
+        self.params.zero_grad()
 
     def clip_(self, max_norm: float) -> list[float]:
         """Scale each member's gradient to norm <= ``max_norm`` (0 or inf: no clipping); returns the norms before.
         ``clip_grad_norm_``'s rule: coefficient max_norm / (norm + 1e-6), clamped to 1."""
-        grad = self._grad()
+        grad = self.params.grad
         norms = torch.linalg.vector_norm(grad, dim=1)  # one row per member; each row's sum is the row's alone
         limit = max_norm if max_norm > 0 else float("inf")
         coef = torch.clamp(limit / (norms + 1e-6), max=1.0)
         grad.mul_(coef[:, None])
         return [float(x) for x in norms]
-
-    def _grad(self) -> torch.Tensor:
-        flat = self.params.flat
-        if flat.grad is None:
-            flat.grad = torch.zeros_like(flat)
-        return flat.grad
 
     # ------------------------------------------------------------------------------------ step
     @torch.no_grad()
@@ -67,14 +61,14 @@ class StackedOptimizer:
             return
         for m in rows:
             self.steps[m] += 1
-        flat, grad = self.params.flat, self._grad()
+        flat, grad = self.params.flat, self.params.grad
         whole = len(rows) == M
         index = None if whole else torch.tensor(rows, device=flat.device)
 
         def take(t):
             return t if whole else t[index]
 
-        p, g = take(flat.data), take(grad)
+        p, g = take(flat), take(grad)
         lr = self._column(self.lr, rows)
         if self.kind == "sgd":
             if self.weight_decay:
@@ -94,7 +88,7 @@ class StackedOptimizer:
             if not whole:
                 self.exp_avg[index], self.exp_avg_sq[index] = m1, m2
         if not whole:
-            flat.data[index] = p
+            flat[index] = p
 
     # ------------------------------------------------------------------------------------ members
     def load_member(self, m: int, torch_opt: torch.optim.Optimizer, model) -> None:
