@@ -340,6 +340,26 @@ def test_fast_generation_samples_the_same_tokens_and_reports_their_logprobs(kind
     assert torch.allclose(got.entropy, ent_ref, atol=TOL, rtol=0)
 
 
+@pytest.mark.parametrize("kind", ["pocket-0.3m", "llama"])
+def test_finished_rows_leave_the_cache_without_changing_anything(kind, monkeypatch):
+    """Compacting the KV cache as rows finish (every step here) gives the tokens, log-probs and entropies of
+    never compacting: the same generator draws, the same rows' logits."""
+    from harness.backends.pocket import generate as G
+
+    m = _model(kind, sharpen=3.0)
+    prompts = _prompts(kind, 6)
+    stop = 2 if kind.startswith("pocket") else list(range(2, 40))  # rows end at different steps
+    kw = dict(max_new_tokens=9, eos_id=stop, pad_id=0, temperature=0.9, with_logprobs=True)
+    runs = []
+    for at in (0.0, 1.0):  # never / at every step
+        monkeypatch.setattr(G, "COMPACT_AT", at)
+        runs.append(generate(m, prompts, generator=torch.Generator().manual_seed(5), **kw))
+    lengths = runs[0].mask.sum(1)
+    assert int(lengths.min()) < int(lengths.max()) and int(lengths.min()) < 9  # rows did finish early
+    assert torch.equal(runs[0].responses, runs[1].responses) and torch.equal(runs[0].mask, runs[1].mask)
+    assert torch.equal(runs[0].logp, runs[1].logp) and torch.equal(runs[0].entropy, runs[1].entropy)
+
+
 def test_trimming_keeps_outputs_of_valid_tokens():
     m = _model()
     b = _batch(m, "pocket-0.3m")

@@ -427,6 +427,12 @@ class FastDecoder:
         state = {"layers": layers, "cache": cache, "att": att, "len": P, "pos": pos[:, -1], "tables": (cos_t, sin_t)}
         return state, logits
 
+    @staticmethod
+    def compact(state: dict, keep: torch.Tensor) -> None:
+        """Keep only the rows ``keep`` of a generation state (finished rows stop costing compute)."""
+        state["cache"] = state["cache"][:, :, keep]
+        state["att"], state["pos"] = state["att"][keep], state["pos"][keep]
+
     @torch.no_grad()
     def step(self, state: dict, tokens: torch.Tensor) -> torch.Tensor:
         """Append one token per row (B,) to the cache; returns the next logits (B, V)."""
