@@ -9,7 +9,8 @@ Levels (``task.options.levels``, any subset of "1234"; default "1", where SmolLM
   2. one multiplication or exact division, numbers up to 12 (products up to 144);
   3. two steps (add/subtract then multiply, or multiply then add/subtract), results up to a few hundred;
   4. three steps mixing the above.
-The prompt (``shots``, default 1) shows worked examples ending in ``\\boxed{}`` before the question;
+The prompt (``shots``, default 1) shows the first ``shots`` worked examples (addition, multiplication,
+subtraction) ending in ``\\boxed{}`` before the question;
 ``verify`` is the harness's math grader (``harness.evals.math_grader.grade_math``: last brace-matched
 ``\\boxed{}`` + math-verify; no box scores 0), so the training reward is exactly the evaluation verdict. Unlike
 GSM8K the answers are always non-negative integers and the wording comes from a fixed set of templates.
@@ -26,6 +27,7 @@ INSTRUCTION = "Put your final answer within \\boxed{}."
 EXAMPLES = (
     ("Sam has 2 cats and gets 3 more cats. How many cats does Sam have now?", "2 + 3 = 5. The answer is \\boxed{5}."),
     ("Ana has 4 boxes with 6 pens in each box. How many pens does Ana have?", "4 * 6 = 24. The answer is \\boxed{24}."),
+    ("Ben has 9 cards and gives away 4 of them. How many cards are left?", "9 - 4 = 5. The answer is \\boxed{5}."),
 )
 NAMES = ("Tom", "Anna", "Liam", "Mia", "Noah", "Emma", "Ravi", "Sofia", "Kenji", "Lena", "Omar", "Grace")
 ITEMS = ("apples", "pencils", "stickers", "marbles", "cookies", "books", "cards", "shells", "stamps", "balloons")
@@ -111,7 +113,7 @@ class GsmArith(Task):
     options_schema = {
         "levels": ("1", _levels_ok),
         "pool": (2000, _pool_ok),
-        "shots": (1, lambda v: None if v in (0, 1, 2) else "expected 0, 1 or 2"),
+        "shots": (1, lambda v: None if v in (0, 1, 2, 3) else "expected 0, 1, 2 or 3"),
     }
 
     def all_problems(self) -> list[dict]:
