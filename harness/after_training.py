@@ -23,15 +23,12 @@ def describe(cfg) -> str:
     """One line for the dry runs: the in-loop eval and the after-training stage of this run."""
     ec = cfg.eval
     names = ", ".join(ec.suites) or "the run's own task"
-    loop = f"every {ec.every} steps" if ec.every else "at the end only"
-    if not ec.every and cfg.backend != "pocket":
-        loop = "off"
+    from harness.backends import get_backend
+
+    loop = get_backend(cfg.backend).in_loop_eval(cfg)
     proto = "each suite's own protocol" if ec.protocol == "suite" else f"n={ec.n_samples}, T={ec.temperature}"
-    after = (
-        f"after training: {names} ({proto}, {engine_for(cfg)} engine)"
-        if ec.after_training
-        else "no after-training eval"
-    )
+    engine = "vLLM on a CUDA node with vLLM, else HF" if ec.engine == "auto" else ec.engine
+    after = f"after training: {names} ({proto}; engine {engine})" if ec.after_training else "no after-training eval"
     return f"eval: in loop {loop}; {after}"
 
 

@@ -52,6 +52,12 @@ class Backend:
         """The shell command that trains this run (``--dry-run`` prints it; a sweep job runs it)."""
         return harness_train_command(run_dir)
 
+    def in_loop_eval(self, config) -> str:
+        """What this backend evaluates during training, in words (the dry runs print it). Default: the run's own
+        task's held-out split every ``eval.every`` steps and at the end."""
+        every = config.eval.every
+        return f"every {every} steps and at the end" if every else "at the end only"
+
     def layout(self, config) -> dict[str, int] | None:
         """``{"nodes": N, "gpus_per_node": G}`` when the backend places its own workers across the job's nodes and
         GPUs (a sweep then derives the job's resources from it); None when one process trains on what it gets."""

@@ -75,6 +75,7 @@ def test_method_errors_come_from_the_method_registry(tiny):
 
 def test_openrlhf_section_is_validated_when_loaded_and_ignored_by_pocket(tiny):
     tiny["openrlhf"] = {"vllm": {"tp": 2}, "anything": [1, 2]}
+    tiny["eval"] = {**tiny["eval"], "every": 0}  # OpenRLHF evaluates in its loop only eval.suites (none here)
     cfg = load_config(tiny)  # pocket ignores another backend's section
     assert cfg.openrlhf == {"vllm": {"tp": 2}, "anything": [1, 2]}
     with pytest.raises(ConfigError, match=r"openrlhf.vllm: unknown key. Did you mean 'vllm_tp'"):

@@ -24,10 +24,13 @@ def test_a_few_steps_write_the_run_directory(tiny, tmp_path, contract_keys):
         and "eval/countdown/greedy" in rows[2]
         and "eval/countdown/avg@2" not in rows[0]
     )
-    assert sorted(p.name for p in (tmp_path / "run" / "eval").iterdir()) == [
+    assert sorted(p.name for p in (tmp_path / "run" / "eval").iterdir()) == [  # each eval + its per-problem grades
         "step_0.json",
+        "step_0.per_problem.json",
         "step_2.json",
+        "step_2.per_problem.json",
         "step_3.json",
+        "step_3.per_problem.json",
     ]
     saved = json.loads((tmp_path / "run" / "result.json").read_text())
     assert saved == json.loads(json.dumps(res))

@@ -37,6 +37,16 @@ class OpenRLHFBackend(Backend):
 
         return train(config, run_dir, log=log)
 
+    def in_loop_eval(self, config) -> str:
+        """OpenRLHF scores in its loop only ``eval.suites`` (or ``openrlhf.eval_dataset``), every ``eval.every``."""
+        ec, section = config.eval, config.openrlhf
+        dataset = (
+            getattr(section, "eval_dataset", None) if not isinstance(section, dict) else section.get("eval_dataset")
+        )
+        if not ec.every or not (ec.suites or dataset):
+            return "off"
+        return f"every {ec.every} steps on {', '.join(ec.suites) or dataset}"
+
     def layout(self, config) -> dict:
         """Ray places the actor, reference and vLLM workers over all of the job's nodes and GPUs."""
         section = config.openrlhf if isinstance(config.openrlhf, options.OpenRLHFOptions) else None

@@ -25,7 +25,10 @@ from __future__ import annotations
 
 import asyncio
 import os
+import sys
 from types import SimpleNamespace
+
+REHEARSAL_VLLM_VERSION = "0.29.0+harness.cpu.rehearsal"  # RolloutRayActor asserts vllm > 0.8.5
 
 ENV = "HARNESS_OPENRLHF_REHEARSAL"
 BATCH_WAIT_S = 0.05  # how long a first request waits for concurrent ones to join its generate batch
@@ -52,7 +55,11 @@ def install() -> None:
         )
     from harness.backends.openrlhf import cpu_stubs
 
-    cpu_stubs.install(rehearsal=True)
+    cpu_stubs.install()
+    if cpu_stubs.is_stub("vllm"):  # vLLM's engine classes become the CPU rollout engine (the only vLLM stand-in)
+        sys.modules["vllm"].__dict__.update(
+            __version__=REHEARSAL_VLLM_VERSION, AsyncEngineArgs=EngineArgs, AsyncLLMEngine=CpuRolloutEngine
+        )
     if getattr(torch.cuda, "_harness_rehearsal", False):
         return
     torch.set_num_threads(int(os.environ.get("HARNESS_REHEARSAL_THREADS", "1")))  # contended threads crawl

@@ -1,8 +1,8 @@
 """``sys.modules`` stand-ins for ``flash_attn`` and ``vllm`` so OpenRLHF 0.11.2 imports on a CPU machine.
 
 Only for tests and CPU tooling (``HARNESS_OPENRLHF_CPU_STUBS=1`` makes the Ray hook install them in workers) and
-the CPU rehearsal (``install(rehearsal=True)``: vLLM's engine classes become the rehearsal's CPU engine,
-``harness.backends.openrlhf.cpu_rehearsal``, and the version is one upstream's engine accepts).
+the CPU rehearsal (``harness.backends.openrlhf.cpu_rehearsal`` installs them, then puts its CPU engine in
+vLLM's engine classes with a version upstream's engine accepts).
 The stubs carry a ``__spec__`` (transformers calls ``importlib.util.find_spec("flash_attn")``); anything that
 would really need the library raises ``RuntimeError`` naming the stub. Never install them on a GPU box.
 """
@@ -38,10 +38,7 @@ def _module(name: str, **attrs) -> types.ModuleType:
     return mod
 
 
-REHEARSAL_VLLM_VERSION = "0.29.0+harness.cpu.rehearsal"  # RolloutRayActor asserts vllm > 0.8.5
-
-
-def install(rehearsal: bool = False) -> list[str]:
+def install() -> list[str]:
     """Install the stubs for modules that are not importable for real; returns the names stubbed."""
     stubbed = []
     specs = {
@@ -53,7 +50,7 @@ def install(rehearsal: bool = False) -> list[str]:
         },
         "flash_attn.utils.distributed": {"all_gather": _unavailable("flash_attn.utils.distributed.all_gather")},
         "vllm": {
-            "__version__": "0.0.0-harness-stub",
+            "__version__": "0.0.0+harness.stub",  # a valid version string (TRL parses it)
             "SamplingParams": _SamplingParams,
             "AsyncEngineArgs": _unavailable("vllm.AsyncEngineArgs"),
             "LLM": _unavailable("vllm.LLM"),
@@ -76,14 +73,6 @@ def install(rehearsal: bool = False) -> list[str]:
         _module(name, **attrs)
         if top not in stubbed:
             stubbed.append(top)
-    if rehearsal and is_stub("vllm"):
-        from harness.backends.openrlhf import cpu_rehearsal
-
-        sys.modules["vllm"].__dict__.update(
-            __version__=REHEARSAL_VLLM_VERSION,
-            AsyncEngineArgs=cpu_rehearsal.EngineArgs,
-            AsyncLLMEngine=cpu_rehearsal.CpuRolloutEngine,
-        )
     return stubbed
 
 
