@@ -29,7 +29,20 @@ ESTIMATORS = {"grpo": "group_norm", "rloo": "rloo", "w_reinforce": "reinforce"}
 ORL_EXTRAS: tuple[str, ...] = ("entropy",)  # advantage-estimator extras this backend produces
 BUILTIN_EQUIVALENT = ("grpo", "rloo", "clip_higher", "entropy_bonus", "gspo")
 # method -> (OpenRLHF --actor.policy_loss_type, when the method equals it); tests/openrlhf/test_agreement.py
-NATIVE_LOSS = {"gspo": ("gspo", lambda m: m.level == "sequence" and m.agg == "seq-mean-token-mean")}
+# a method OpenRLHF computes natively, and when its native loss equals ours (else our plug-in loss runs): GSPO's
+# sequence level under seq-mean-token-mean, with no dual clip or log-ratio clamp and empty rows skipped as upstream
+NATIVE_LOSS = {
+    "gspo": (
+        "gspo",
+        lambda m: (
+            m.level == "sequence"
+            and m.agg == "seq-mean-token-mean"
+            and not m.clip_ratio_c
+            and not m.log_ratio_clamp
+            and m.empty_rows in ("auto", "skip")
+        ),
+    )
+}
 from harness.backends.openrlhf import evalset, memory  # noqa: E402
 from harness.backends.openrlhf.options import (  # noqa: E402,F401  (re-exported: the launcher's names)
     REWARDS,
@@ -128,9 +141,9 @@ def method_flags(method, opts: OpenRLHFOptions) -> list[str]:
         estimator,
         "--actor.policy_loss_type",
         loss_type if native is None or native(method) else "ppo",
-        "--actor.eps_clip_low_high",
-        _num(float(method.eps_low)),
-        _num(float(method.eps_high)),
+        "--actor.eps_clip_low_high",  # upstream's clip (its native losses; our plug-in carries its own)
+        _num(float(getattr(method, "eps_low", 0.2))),
+        _num(float(getattr(method, "eps_high", 0.2))),
         "--actor.loss_agg_mode",
         method.agg,
     ]
@@ -178,6 +191,11 @@ def build_plan(config, run_dir: str | os.PathLike) -> LaunchPlan:
     steps, prompts = int(train.get("steps", 1)), int(train.get("prompts_per_step", 1))
     n, updates = int(train.get("samples_per_prompt", 1)), int(train.get("updates_per_rollout", 1))
     micro = int(train.get("micro_batch_size", 1))
+    if train.get("optimizer", "adamw") != "adamw":
+        raise OpenRLHFConfigError(
+            f"train.optimizer: {train['optimizer']!r} is not supported on the OpenRLHF backend (DeepSpeed's Adam "
+            f"with weight decay); allowed here: adamw"
+        )
     world = opts.nodes * opts.gpus_per_node
     if n < 2:
         raise OpenRLHFConfigError(f"train.samples_per_prompt: {n}; group advantages on OpenRLHF need at least 2")

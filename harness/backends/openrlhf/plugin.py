@@ -86,13 +86,15 @@ def generator():
 
 
 # --------------------------------------------------------------------------------------------- loss
-def normaliser_scale(mask, token_level: bool, dp_size=1, batch_num_tokens=None, global_batch_size=None):
+def normaliser_scale(
+    mask, token_level: bool, dp_size=1, batch_num_tokens=None, global_batch_size=None, empty_rows: str = "auto"
+):
     """``ops.global_normaliser_scale`` for OpenRLHF's ``token_level_loss`` switch (token-mean or
-    seq-mean-token-mean)."""
+    seq-mean-token-mean), counting empty rows as the method's ``empty_rows`` says (as pocket does)."""
     from harness.ops import global_normaliser_scale
 
     mode = "token-mean" if token_level else "seq-mean-token-mean"
-    return global_normaliser_scale(mode, mask, dp_size, batch_num_tokens, global_batch_size)
+    return global_normaliser_scale(mode, mask, dp_size, batch_num_tokens, global_batch_size, empty_rows)
 
 
 def make_policy_loss_class(base):
@@ -140,7 +142,9 @@ def make_policy_loss_class(base):
                 selected=selected,
                 cov_groups=True,
             )
-            scale = normaliser_scale(mask, bool(self.token_level_loss), dp_size, batch_num_tokens, global_batch_size)
+            scale = normaliser_scale(
+                mask, bool(self.token_level_loss), dp_size, batch_num_tokens, global_batch_size, m.empty_rows
+            )
             loss = out.loss * scale
             device = log_probs.device
             if self.experience is not None:
