@@ -58,11 +58,25 @@ def wait_for_result(path: Path, since: float, timeout_s: float = WORKER_WAIT_S) 
     raise RuntimeError(f"worker task: the head task wrote no {path} within {timeout_s:.0f}s")
 
 
+def check_math_data(config) -> None:
+    """A local JSONL prompt set graded by the math reward must ask for the last ``\\boxed{}`` the reward reads and
+    carry golds the grader verifies (``harness data check``): an unconverted set trains on all-zero rewards (with
+    dynamic filtering every step is filtered away) for as long as the job runs. Refused before Ray starts."""
+    from harness.data import check_training_file
+
+    opts = config.openrlhf
+    path = Path(config.task.name)
+    if opts.reward != "math" or path.suffix != ".jsonl" or not path.is_file():
+        return
+    check_training_file(path, input_key=opts.input_key, label_key=opts.label_key)
+
+
 def train(config, run_dir, log=None) -> RunResult | dict:
     """Run one OpenRLHF training run; returns its RunResult (the runner adds status and wall time and writes
     result.json). Bad input raises before Ray starts; a failed run raises RuntimeError. A SLURM worker task
     returns the fields of the result.json its head task's runner wrote."""
     plan = build_plan(config, run_dir)  # config errors first, even where OpenRLHF is missing
+    check_math_data(config)
     require_openrlhf()
     run_dir = Path(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
