@@ -35,7 +35,9 @@ class Unit:
 
 
 def cell_cost(cell) -> float:
-    """A rough relative training cost of a cell (parameters x responses x steps), for splitting and ordering."""
+    """A rough relative training cost of a cell, for splitting and ordering: sqrt(parameters) x responses x
+    steps (at pocket sizes a step's CPU time grows about as the square root of the parameter count: 0.156 s at
+    pocket-0.3m, 0.286 s at pocket-1m, docs/pocket.md)."""
     cfg = cell.config
     size = (cfg.get("model") or {}).get("name", "")
     from harness.backends.pocket.models import SIZES
@@ -43,7 +45,14 @@ def cell_cost(cell) -> float:
     s = SIZES.get(size)
     params = (s.layers * (4 * s.hidden**2 + 3 * s.hidden * s.intermediate)) if s else 1e6
     t = cfg.get("train") or {}
-    return params * t.get("steps", 1) * t.get("prompts_per_step", 1) * t.get("samples_per_prompt", 1)
+    return params**0.5 * t.get("steps", 1) * t.get("prompts_per_step", 1) * t.get("samples_per_prompt", 1)
+
+
+def unit_resources(unit: Unit, resources: dict) -> dict:
+    """A population job's resources: the cells' own, with the time limit of its cells one after another."""
+    if not unit.population or "timeout_min" not in resources:
+        return resources
+    return {**resources, "timeout_min": int(resources["timeout_min"]) * len(unit.cells)}
 
 
 def _eligible(cell) -> str | None:

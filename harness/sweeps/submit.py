@@ -117,7 +117,10 @@ def _submit_units(ex, units, runs_dir, folder, gname, report, log) -> None:
 
     args = [[str(C.cell_dir(runs_dir, c)) for c in u.cells] for u in units]
     try:
-        jobs = [ex.submit(PopulationJob(u.population), a) for u, a in zip(units, args)]
+        jobs = []
+        for u, a in zip(units, args):
+            _population_limits(ex, u)
+            jobs.append(ex.submit(PopulationJob(u.population), a))
     except Exception as e:  # noqa: BLE001 - sbatch's refusal: show it, mark the cells, go on
         message = str(e).strip() or type(e).__name__
         for u, a in zip(units, args):
@@ -179,8 +182,19 @@ def _submit_unit(ex, unit, runs_dir, target):
 
     dirs = [C.cell_dir(runs_dir, c) for c in unit.cells]
     if unit.population:
+        _population_limits(ex, unit)
         return ex.submit(PopulationJob(True), [str(d) for d in dirs]), dirs
+    _population_limits(ex, unit)
     return ex.submit(CellJob(target), str(dirs[0])), dirs
+
+
+def _population_limits(ex, unit) -> None:
+    """The time limit of the unit's job: its cells' (timeout_min) times the cells it trains."""
+    from harness.sweeps.population import unit_resources
+
+    res = unit.cells[0].resources
+    if "timeout_min" in res:
+        ex.update_parameters(timeout_min=unit_resources(unit, res)["timeout_min"])
 
 
 def _run_local(ex, units, runs_dir, target, folder, gname, report, parallel, bar) -> None:

@@ -88,6 +88,30 @@ def _shared(cfg) -> dict:
     return d
 
 
+def _warm_start_busy(cfg) -> bool:
+    """True while another process holds the lock of the warm start ``cfg`` needs and has not cached it yet."""
+    import fcntl
+
+    from . import models
+    from .tokenizer import build_char_tokenizer
+    from .warmstart import cache_key, cache_root
+
+    if not models.is_pocket(cfg.model.name) or cfg.model.warm_start.enabled == "false":
+        return False
+    root = cache_root(cfg)
+    key = cache_key(cfg, len(build_char_tokenizer()))  # the tokenizer a pocket run builds
+    lock = root / f".{key}.lock"
+    if (root / f"{key}.pt").exists() or not lock.exists():
+        return False
+    with open(lock) as f:
+        try:
+            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return True
+        fcntl.flock(f, fcntl.LOCK_UN)
+    return False
+
+
 def _failure(e: BaseException) -> BaseException:
     e.population_traceback = traceback.format_exc()[-4000:]  # what the runner records for a failed run
     return e
@@ -151,7 +175,8 @@ class Population:
         problem = why_apart([t.cfg for t in self.trainers])
         if problem:
             raise ValueError(f"population: {problem}")
-        for i, t in enumerate(self.trainers):
+        for i in self._setup_order():
+            t = self.trainers[i]
             try:
                 t.setup()
                 t.maybe_resume()
@@ -174,6 +199,17 @@ class Population:
         cfg = t0.cfg.train
         self.t_fix = cfg.max_new_tokens
         self.rows = -(-cfg.micro_batch_size // stacked.ROW_MULTIPLE) * stacked.ROW_MULTIPLE
+
+    def _setup_order(self):
+        """Member indices in set-up order: a member whose warm start another process is training right now (two
+        population jobs of one sweep need the same seeds) waits until the others are set up, so this process
+        trains or loads another one meanwhile instead of waiting on that warm start's lock."""
+        pending = list(range(len(self.trainers)))
+        while pending:
+            free = [i for i in pending if not _warm_start_busy(self.trainers[i].cfg)]
+            i = free[0] if free else pending[0]  # all busy: wait for the first
+            pending.remove(i)
+            yield i
 
     def fail(self, i: int, e: BaseException) -> None:
         self.failed[i] = _failure(e)
