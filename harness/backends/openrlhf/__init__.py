@@ -55,8 +55,9 @@ class OpenRLHFBackend(Backend):
 
     def worker_role(self, config, env=os.environ) -> str:
         """Every non-head task of a multi-node SLURM job joins the head's Ray cluster (unless Ray runs already)."""
-        multi = int(env.get("SLURM_NNODES", "1") or 1) > 1 and int(env.get("SLURM_PROCID", "0") or 0) != 0
-        return WORKER if multi and not env.get("RAY_ADDRESS") else HEAD
+        from harness.backends.openrlhf.runner import is_worker_task
+
+        return WORKER if is_worker_task(env) else HEAD
 
     def export(self, config, run_dir, out=None) -> Path:
         """``checkpoints/final`` (the Hugging Face model OpenRLHF saves when training ends), marked with the run it

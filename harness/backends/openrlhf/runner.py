@@ -36,12 +36,13 @@ WORKER_WAIT_S = 900.0
 POLL_S = 5.0
 
 
-def is_worker_task() -> bool:
-    """A non-head task of a multi-node SLURM job: it only lends its node to the head's Ray cluster."""
+def is_worker_task(env=os.environ) -> bool:
+    """A non-head task of a multi-node SLURM job: it only lends its node to the head's Ray cluster (unless Ray
+    already runs there: ``RAY_ADDRESS``). The backend's ``worker_role`` answers with this rule."""
     return (
-        int(os.environ.get("SLURM_NNODES", "1")) > 1
-        and int(os.environ.get("SLURM_PROCID", "0")) != 0
-        and not os.environ.get("RAY_ADDRESS")
+        int(env.get("SLURM_NNODES", "1") or 1) > 1
+        and int(env.get("SLURM_PROCID", "0") or 0) != 0
+        and not env.get("RAY_ADDRESS")
     )
 
 
