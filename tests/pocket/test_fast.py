@@ -360,6 +360,26 @@ def test_finished_rows_leave_the_cache_without_changing_anything(kind, monkeypat
     assert torch.equal(runs[0].logp, runs[1].logp) and torch.equal(runs[0].entropy, runs[1].entropy)
 
 
+def test_a_kv_cache_budget_splits_generation_into_calls_with_the_same_greedy_result(monkeypatch):
+    from harness.backends.pocket import generate as G
+
+    m = _model("llama")
+    prompts = _prompts("llama", 3)
+    kw = dict(max_new_tokens=6, eos_id=2, pad_id=0, greedy=True)
+    whole = generate(m, prompts, **kw)
+    calls = []
+    real = fast.FastDecoder.start
+
+    def counted(self, ids, *a, **k):
+        calls.append(ids.shape[0])
+        return real(self, ids, *a, **k)
+
+    monkeypatch.setattr(fast.FastDecoder, "start", counted)
+    monkeypatch.setattr(G, "KV_CACHE_BYTES", 5 * fast_path(m).cache_bytes(max(map(len, prompts)) + 6))
+    split = generate(m, prompts, **kw)
+    assert calls == [5, 5, 2] and torch.equal(split.responses, whole.responses)
+
+
 def test_trimming_keeps_outputs_of_valid_tokens():
     m = _model()
     b = _batch(m, "pocket-0.3m")

@@ -427,6 +427,11 @@ class FastDecoder:
         state = {"layers": layers, "cache": cache, "att": att, "len": P, "pos": pos[:, -1], "tables": (cos_t, sin_t)}
         return state, logits
 
+    def cache_bytes(self, width: int) -> int:
+        """Bytes of one row's KV cache over ``width`` positions."""
+        w = self.model.model.embed_tokens.weight
+        return len(self.model.model.layers) * 2 * self.kv_heads * width * self.head_dim * w.element_size()
+
     @staticmethod
     def compact(state: dict, keep: torch.Tensor) -> None:
         """Keep only the rows ``keep`` of a generation state (finished rows stop costing compute)."""

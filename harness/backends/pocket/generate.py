@@ -110,6 +110,7 @@ def sampling_logits(logits: torch.Tensor, temperature: float, top_p: float = 1.0
     return z
 
 
+KV_CACHE_BYTES = 1 << 30  # fast path: larger batches are generated in several calls (200 SmolLM2 rows: 2.9 GB)
 COMPACT_AT = 0.75  # fast path: once this share of the running rows is left, finished rows leave the cache
 MULTINOMIAL_MAX_VOCAB = 4096  # above: inverse-CDF draws (torch.multinomial costs 36 ms per step at 16 x 49k)
 
@@ -207,6 +208,11 @@ def generate(
     ``with_logprobs`` (fast path only): the Batch also carries each sampled token's log-prob at
     ``temperature`` (without top-k/top-p) and the T=1 entropy, from the sampling pass itself (eval mode).
     """
+    f = fast_path(model, reference)
+    if f is not None:  # the preallocated KV cache of one call stays within KV_CACHE_BYTES (rows per call)
+        width = max(len(p) for p in prompts) + max_new_tokens
+        rows = max(1, KV_CACHE_BYTES // f.cache_bytes(width))
+        chunk_size = min(chunk_size or len(prompts), rows)
     if chunk_size and len(prompts) > chunk_size:
         parts = [
             generate(
@@ -234,7 +240,6 @@ def generate(
     ids, att = ids.to(device), att.to(device)
     B, P = ids.shape
     stop = torch.as_tensor(eos_id, device=device).reshape(-1)  # one EOS id or several stop ids
-    f = fast_path(model, reference)
     record = with_logprobs and f is not None
     if f is not None:
         first, inverse = _distinct_rows(prompts)
