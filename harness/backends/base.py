@@ -52,6 +52,21 @@ class Backend:
         """The shell command that trains this run (``--dry-run`` prints it; a sweep job runs it)."""
         return harness_train_command(run_dir)
 
+    # population training: several runs that differ only in ``population_member_keys`` in one process
+    population_member_keys: ClassVar[tuple[str, ...]] = ()
+
+    def population_apart(self, configs) -> str | None:
+        """None when the runs ``configs`` can train as one population on this backend, else the reason."""
+        return f"the {self.name} backend has no population training"
+
+    def train_population(self, configs, run_dirs) -> list:
+        """Train ``configs`` into ``run_dirs`` as one population; each entry: the run's result, or its exception."""
+        raise NotImplementedError(f"backend {self.name!r} has no population training")
+
+    def relative_cost(self, config) -> float:
+        """A rough relative training cost of a run (for splitting and ordering jobs); 1.0 when unknown."""
+        return 1.0
+
     def in_loop_eval(self, config) -> str:
         """What this backend evaluates during training, in words (the dry runs print it). Default: the run's own
         task's held-out split every ``eval.every`` steps and at the end."""

@@ -95,3 +95,25 @@ def _write_job_error(cell_dir: Path, exc: BaseException) -> None:
         )
     except (OSError, ValueError):  # e.g. a full disk: the job's own error still reaches submitit
         pass
+
+
+class PopulationJob(submitit.helpers.Checkpointable):
+    """A picklable, requeueable job over a list of cell directories: a population (``target``, default
+    ``harness.sweeps.population:train_population_cells``), or one cell alone (``train_cell``)."""
+
+    def __init__(self, population: bool = True, target: str = "harness.sweeps.population:train_population_cells"):
+        self.population, self.target = population, target
+
+    def __call__(self, cell_dirs: list[str]) -> Any:
+        if not self.population:
+            return CellJob()(cell_dirs[0])
+        try:
+            return resolve_target(self.target)(cell_dirs)
+        except Exception as e:  # noqa: BLE001 - recorded in every member, then re-raised for submitit
+            for d in cell_dirs:
+                _write_job_error(Path(d), e)
+            raise
+
+    def checkpoint(self, cell_dirs: list[str]) -> submitit.helpers.DelayedSubmission:
+        """Requeue the same cells; each resumes from its last checkpoint."""
+        return submitit.helpers.DelayedSubmission(PopulationJob(self.population, self.target), cell_dirs)

@@ -113,7 +113,7 @@ def _units(group, population, parallel, runs_dir, log):
 
 def _submit_units(ex, units, runs_dir, folder, gname, report, log) -> None:
     """SLURM: one array task per unit (a population or a cell alone)."""
-    from harness.sweeps.population import PopulationJob
+    from harness.sweeps.job import PopulationJob
 
     args = [[str(C.cell_dir(runs_dir, c)) for c in u.cells] for u in units]
     try:
@@ -178,7 +178,7 @@ def _own_session():
 
 def _submit_unit(ex, unit, runs_dir, target):
     """Submit one unit; returns (job, its cell directories)."""
-    from harness.sweeps.population import PopulationJob
+    from harness.sweeps.job import PopulationJob
 
     dirs = [C.cell_dir(runs_dir, c) for c in unit.cells]
     if unit.population:

@@ -49,6 +49,28 @@ class PocketBackend(Backend):
                 return out
         return export_run(config, run_dir, Path(out))
 
+    population_member_keys = ("seed", "method", "name", "logging")  # = population.MEMBER_KEYS (a test checks)
+
+    def population_apart(self, configs):
+        from .population import why_apart
+
+        return why_apart(configs)
+
+    def train_population(self, configs, run_dirs):
+        from .population_runner import run_population
+
+        return run_population(configs, run_dirs)
+
+    def relative_cost(self, config) -> float:
+        """sqrt(parameters) x responses x steps: at pocket sizes a step's CPU time grows about as the square root of
+        the parameter count (0.156 s at pocket-0.3m, 0.286 s at pocket-1m, docs/pocket.md)."""
+        from .models import SIZES
+
+        s = SIZES.get(config.model.name)
+        params = (s.layers * (4 * s.hidden**2 + 3 * s.hidden * s.intermediate)) if s else 1e6
+        t = config.train
+        return params**0.5 * t.steps * t.prompts_per_step * t.samples_per_prompt
+
     def policy_sampler(self, config, run_dir):
         """A finished run's policy (warm start or last checkpoint) as a sampler (``pocket/sampler.py``)."""
         from .sampler import PocketSampler
