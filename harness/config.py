@@ -30,6 +30,7 @@ from harness.errors import ConfigError, suggestion  # noqa: F401  (ConfigError r
 from harness.schema import build as _build
 from harness.schema import opt as _opt
 
+
 # ---------------------------------------------------------------------------------------------- sections
 @dataclass
 class ModelConfig:

@@ -27,7 +27,9 @@ from pathlib import Path
 from harness.errors import ConfigError, did_you_mean, suggestion
 from harness.registry import Registry
 
-TASKS = Registry("task", autoload=["harness.backends.pocket.gsm"], entry_points="entropy_harness.tasks")  # gsm_arith registers itself on first lookup
+TASKS = Registry(
+    "task", autoload=["harness.backends.pocket.gsm"], entry_points="entropy_harness.tasks"
+)  # gsm_arith registers itself on first lookup
 SPLIT_SEED = 20250528  # fixed: the split never depends on the run seed
 
 
