@@ -190,10 +190,10 @@ def _formats(text: str) -> tuple[str, ...]:
 
 
 def cmd_report(args) -> int:
-    from .report import write_sweep_report
-
     from harness.io import check_output_dir
     from harness.rundir import check_placement
+
+    from .report import write_sweep_report
 
     if not Path(args.runs_dir).is_dir():
         raise FileNotFoundError(f"no such runs directory: {args.runs_dir}")
@@ -225,10 +225,10 @@ def cmd_mechanism(args) -> int:
 
 
 def cmd_plot(args) -> int:
+    from harness.io import check_output_dir
+
     from .plots import FIGURES, plot_all
     from .points import resolve_score_key
-
-    from harness.io import check_output_dir
 
     formats = _formats(args.formats)
     check_output_dir(args.out, "--out")

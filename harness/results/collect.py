@@ -86,13 +86,19 @@ def _walk(d: Path, out: list[Path], inside: Path | None = None) -> None:
     """Runs below a run are still read (never hidden), with a warning: nesting is a mistake (harness/rundir.py)."""
     if any((d / m).is_file() for m in RUN_MARKERS):
         if inside is not None:
-            warnings.warn(f"{d}: a run directory nested inside the run directory {inside}; both are read. Move one "
-                          f"out (runs, sweep runs directories and reports must not nest)", stacklevel=2)
+            warnings.warn(
+                f"{d}: a run directory nested inside the run directory {inside}; both are read. Move one "
+                f"out (runs, sweep runs directories and reports must not nest)",
+                stacklevel=2,
+            )
         out.append(d)
         inside = inside or d
     for child in sorted(d.iterdir()):
-        if child.is_dir() and not child.name.startswith((".", "_")) and child.name not in ("replaced", "eval",
-                                                                                             "checkpoints"):
+        if (
+            child.is_dir()
+            and not child.name.startswith((".", "_"))
+            and child.name not in ("replaced", "eval", "checkpoints")
+        ):
             _walk(child, out, inside)
 
 
@@ -111,16 +117,21 @@ def read_metrics(path: Path) -> list[dict]:
         try:
             obj = json.loads(data.decode("utf-8"))
         except UnicodeDecodeError as e:
-            warnings.warn(f"{path}:{lineno}: skipped metrics line that is not UTF-8 ({_why(e)})",
-                          CorruptMetricsWarning, stacklevel=2)
+            warnings.warn(
+                f"{path}:{lineno}: skipped metrics line that is not UTF-8 ({_why(e)})",
+                CorruptMetricsWarning,
+                stacklevel=2,
+            )
             continue
         except json.JSONDecodeError as e:
-            warnings.warn(f"{path}:{lineno}: skipped corrupt metrics line ({e.msg})", CorruptMetricsWarning,
-                          stacklevel=2)
+            warnings.warn(
+                f"{path}:{lineno}: skipped corrupt metrics line ({e.msg})", CorruptMetricsWarning, stacklevel=2
+            )
             continue
         if not isinstance(obj, dict):
-            warnings.warn(f"{path}:{lineno}: skipped metrics line that is not a JSON object",
-                          CorruptMetricsWarning, stacklevel=2)
+            warnings.warn(
+                f"{path}:{lineno}: skipped metrics line that is not a JSON object", CorruptMetricsWarning, stacklevel=2
+            )
             continue
         rows.append({k: (math.nan if v is None else v) for k, v in obj.items()})
     return rows
@@ -156,8 +167,11 @@ def _read_config(path: Path) -> dict:
     try:
         obj = yaml.safe_load(path.read_text(encoding="utf-8"))
     except (OSError, ValueError, yaml.YAMLError) as e:
-        warnings.warn(f"{path}: unreadable ({_why(e)}); the run's settings are taken from result.json alone",
-                      CorruptMetricsWarning, stacklevel=2)
+        warnings.warn(
+            f"{path}: unreadable ({_why(e)}); the run's settings are taken from result.json alone",
+            CorruptMetricsWarning,
+            stacklevel=2,
+        )
         return {}
     return obj if isinstance(obj, dict) else {}
 
@@ -177,14 +191,25 @@ def _eval_only_result(run_dir: Path) -> dict | None:
     if not obj or not isinstance(obj.get("suites"), dict):
         return None
     model = str(obj.get("model") or run_dir.name).rstrip("/")
-    out = {"status": "completed", "method": "eval-only", "model": Path(model).name if "/" in model and Path(
-        model).exists() else model, "eval": {"step": 0, "suites": obj["suites"]}, "backend": obj.get("engine"),
-           "provenance": obj.get("provenance")}
+    out = {
+        "status": "completed",
+        "method": "eval-only",
+        "model": Path(model).name if "/" in model and Path(model).exists() else model,
+        "eval": {"step": 0, "suites": obj["suites"]},
+        "backend": obj.get("engine"),
+        "provenance": obj.get("provenance"),
+    }
     run = obj.get("run")
     if isinstance(run, dict) and run.get("method"):  # an exported run's policy: its method, seed, model and step
-        out.update(method=run["method"], advantage=run.get("advantage"), seed=run.get("seed"),
-                   model=run.get("model") or out["model"], task=run.get("task"), attached_to=run.get("run_id"),
-                   eval={"step": run.get("step") or 0, "suites": obj["suites"]})
+        out.update(
+            method=run["method"],
+            advantage=run.get("advantage"),
+            seed=run.get("seed"),
+            model=run.get("model") or out["model"],
+            task=run.get("task"),
+            attached_to=run.get("run_id"),
+            eval={"step": run.get("step") or 0, "suites": obj["suites"]},
+        )
     return out
 
 
@@ -194,11 +219,17 @@ def run_provenance(result: dict | None) -> dict:
     prov = (result or {}).get("provenance")
     if not isinstance(prov, dict):
         return {"git_commit": None, "git_dirty": None, "datasets": None}
-    data = {d["name"]: d["sha256"] for d in prov.get("datasets") or []
-            if isinstance(d, dict) and isinstance(d.get("name"), str) and isinstance(d.get("sha256"), str)}
+    data = {
+        d["name"]: d["sha256"]
+        for d in prov.get("datasets") or []
+        if isinstance(d, dict) and isinstance(d.get("name"), str) and isinstance(d.get("sha256"), str)
+    }
     commit = prov.get("git_commit")
-    return {"git_commit": commit if isinstance(commit, str) else None, "git_dirty": prov.get("git_dirty"),
-            "datasets": json.dumps(data, sort_keys=True)}
+    return {
+        "git_commit": commit if isinstance(commit, str) else None,
+        "git_dirty": prov.get("git_dirty"),
+        "datasets": json.dumps(data, sort_keys=True),
+    }
 
 
 def _run_info(run_dir: Path) -> dict:
@@ -323,10 +354,20 @@ def _suite_rows(run_dir: str, step, suites: dict, source: str) -> list[dict]:
         primary = res.get("primary") or next(iter(metrics), None)
         value = metrics.get(primary) if primary else None
         n_problems, n_samples = res.get("n_problems"), res.get("n_samples")
-        weight = (n_problems * n_samples) if isinstance(n_problems, (int, float)) and isinstance(
-            n_samples, (int, float)) else math.nan
-        row = {"run_dir": run_dir, "step": step, "suite": res.get("suite", name), "metric": primary,
-               "value": math.nan if value is None else float(value), "weight": weight, "source": source}
+        weight = (
+            (n_problems * n_samples)
+            if isinstance(n_problems, (int, float)) and isinstance(n_samples, (int, float))
+            else math.nan
+        )
+        row = {
+            "run_dir": run_dir,
+            "step": step,
+            "suite": res.get("suite", name),
+            "metric": primary,
+            "value": math.nan if value is None else float(value),
+            "weight": weight,
+            "source": source,
+        }
         for k in PROTOCOL_KEYS:
             row[k] = res.get(k)
         row["protocol"] = protocol_tag(res)
@@ -379,11 +420,19 @@ def collect(paths: Iterable[str | Path]) -> Collection:
             if isinstance(rid, str) and rid and rid in by_id:  # one run in two directories (a copy, a rerun)
                 other = by_id[rid]
                 if _finish_rank(info["status"]) >= _finish_rank(kept[other][0]["status"]):
-                    warnings.warn(f"{d}: run id {rid} already read from {other} ({kept[other][0]['status']}); "
-                                  f"counted once, from {other}", CorruptMetricsWarning, stacklevel=2)
+                    warnings.warn(
+                        f"{d}: run id {rid} already read from {other} ({kept[other][0]['status']}); "
+                        f"counted once, from {other}",
+                        CorruptMetricsWarning,
+                        stacklevel=2,
+                    )
                     continue
-                warnings.warn(f"{other}: run id {rid} ({kept[other][0]['status']}) is also in {d} "
-                              f"({info['status']}); counted once, from {d}", CorruptMetricsWarning, stacklevel=2)
+                warnings.warn(
+                    f"{other}: run id {rid} ({kept[other][0]['status']}) is also in {d} "
+                    f"({info['status']}); counted once, from {d}",
+                    CorruptMetricsWarning,
+                    stacklevel=2,
+                )
                 del kept[other]
             if isinstance(rid, str) and rid:
                 by_id[rid] = str(d)
@@ -419,8 +468,10 @@ def collect(paths: Iterable[str | Path]) -> Collection:
         if c not in ident.columns and metrics[c].dtype == object:
             metrics[c] = pd.to_numeric(metrics[c], errors="coerce")
 
-    evals = pd.DataFrame(eval_rows, columns=["run_dir", "step", "suite", "metric", "value", "weight", "source",
-                                             *PROTOCOL_KEYS, "protocol"])
+    evals = pd.DataFrame(
+        eval_rows,
+        columns=["run_dir", "step", "suite", "metric", "value", "weight", "source", *PROTOCOL_KEYS, "protocol"],
+    )
     evals = evals.merge(ident, on="run_dir", how="left")
     return Collection(runs=runs, metrics=metrics, evals=evals, warnings=messages)
 

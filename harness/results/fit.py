@@ -98,16 +98,28 @@ def fit_entropy_law(entropy, score, fit_fraction: float | None = None, label: st
         if h.size - n_fit < 1:
             raise ValueError(f"fit fraction {fit_fraction} of {h.size} points leaves nothing to predict")
     if n_fit < MIN_POINTS:
-        raise ValueError(f"need at least {MIN_POINTS} points with both entropy and score to fit, got {n_fit}"
-                         + (f" (of {h.size})" if n_fit != h.size else ""))
+        raise ValueError(
+            f"need at least {MIN_POINTS} points with both entropy and score to fit, got {n_fit}"
+            + (f" (of {h.size})" if n_fit != h.size else "")
+        )
     hf, rf = h[:n_fit], r[:n_fit]
     x = np.exp(hf)
     slope, intercept, r2 = ols_line(x, rf)
     a, b = -slope, intercept
     rs_slope, rs_intercept = theil_sen(x, rf)
-    fit = LawFit(a=a, b=b, r2=r2, ceiling=b - a, n_points=int(n_fit),
-                 rmse=float(np.sqrt(np.mean((rf - (b - a * x)) ** 2))), a_robust=0.0 - rs_slope, b_robust=rs_intercept + 0.0,
-                 entropy_min=float(hf.min()), entropy_max=float(hf.max()), label=label)
+    fit = LawFit(
+        a=a,
+        b=b,
+        r2=r2,
+        ceiling=b - a,
+        n_points=int(n_fit),
+        rmse=float(np.sqrt(np.mean((rf - (b - a * x)) ** 2))),
+        a_robust=0.0 - rs_slope,
+        b_robust=rs_intercept + 0.0,
+        entropy_min=float(hf.min()),
+        entropy_max=float(hf.max()),
+        label=label,
+    )
     if fit_fraction is not None:
         ht, rt = h[n_fit:], r[n_fit:]
         fit.fit_fraction = fit_fraction
@@ -153,8 +165,9 @@ def fit_size_trend(sizes, a_values, b_values) -> SizeTrend:
     return SizeTrend(a_s, a_i, a_r2, b_s, b_i, b_r2, int(np.unique(n).size))
 
 
-def fit_groups(points, by: str = "run", fit_fraction: float | None = None,
-               skipped: list[str] | None = None) -> list[LawFit]:
+def fit_groups(
+    points, by: str = "run", fit_fraction: float | None = None, skipped: list[str] | None = None
+) -> list[LawFit]:
     """Fit each run (``by="run"``) or each model, pooling its runs' points (``by="model"``).
 
     ``points`` is a DataFrame from :func:`harness.results.points.run_points`. Groups with too few points
@@ -165,7 +178,9 @@ def fit_groups(points, by: str = "run", fit_fraction: float | None = None,
     key = "run_dir" if by == "run" else "model"
     for name, grp in points.groupby(key, sort=False):
         grp = grp.sort_values("step")
-        label = str(name) if by == "model" else f"{grp['model'].iloc[0]} {grp['label'].iloc[0]} seed={grp['seed'].iloc[0]}"
+        label = (
+            str(name) if by == "model" else f"{grp['model'].iloc[0]} {grp['label'].iloc[0]} seed={grp['seed'].iloc[0]}"
+        )
         try:
             f = fit_entropy_law(grp["entropy"], grp["score"], fit_fraction=fit_fraction, label=label)
         except ValueError as e:

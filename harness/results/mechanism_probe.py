@@ -104,7 +104,9 @@ def probe_run(run_dir, n_prompts: int = 200, n_samples: int = 8) -> dict:
     cfg = load_config(run_dir / "config.yaml")
     backend = get_backend(cfg.backend)
     if "policy_sampler" not in backend.capabilities:
-        raise ValueError(f"{run_dir}: backend {cfg.backend!r} cannot sample a finished run's policy; the probe needs one")
+        raise ValueError(
+            f"{run_dir}: backend {cfg.backend!r} cannot sample a finished run's policy; the probe needs one"
+        )
     sampler = backend.policy_sampler(cfg, run_dir)
     train = sampler.task.train
     problems = random.Random(PROBE_SEED).sample(train, min(n_prompts, len(train)))

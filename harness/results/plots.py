@@ -24,8 +24,14 @@ from .fit import fit_groups, fit_size_trend  # noqa: E402
 from .points import run_points, score_series  # noqa: E402
 from .table import METHOD_ORDER  # noqa: E402
 
-COV_GROUPS = [("cov/top_0.02pct", "top 0.02%"), ("cov/top_0.2pct", "top 0.2%"), ("cov/top_2pct", "top 2%"),
-              ("cov/top_20pct", "top 20%"), ("cov/top_50pct", "top 50%"), ("cov/mean", "all")]
+COV_GROUPS = [
+    ("cov/top_0.02pct", "top 0.02%"),
+    ("cov/top_0.2pct", "top 0.2%"),
+    ("cov/top_2pct", "top 2%"),
+    ("cov/top_20pct", "top 20%"),
+    ("cov/top_50pct", "top 50%"),
+    ("cov/mean", "all"),
+]
 
 
 class NoData(ValueError):
@@ -34,6 +40,7 @@ class NoData(ValueError):
 
 def method_palette(labels) -> tuple[list[str], dict]:
     """The same colour for a method in every figure, methods in the paper's order."""
+
     def key(m):
         base = str(m).split("+")[0].split("(")[0]
         return (METHOD_ORDER.index(base) if base in METHOD_ORDER else len(METHOD_ORDER), str(m))
@@ -67,22 +74,47 @@ def _curve(m: pd.DataFrame, key: str, ylabel: str, title: str, out_dir: Path, na
     d = m.dropna(subset=[key]).rename(columns={"label": "method"})
     n_models = d["model"].nunique()
     order, palette = method_palette(d["method"])
-    g = sns.relplot(data=d, x="step", y=key, hue="method", hue_order=order, palette=palette, kind="line",
-                    errorbar="sd",
-                    col="model" if n_models > 1 else None, height=3.6, aspect=1.35, facet_kws={"sharey": False})
+    g = sns.relplot(
+        data=d,
+        x="step",
+        y=key,
+        hue="method",
+        hue_order=order,
+        palette=palette,
+        kind="line",
+        errorbar="sd",
+        col="model" if n_models > 1 else None,
+        height=3.6,
+        aspect=1.35,
+        facet_kws={"sharey": False},
+    )
     g.set_axis_labels("training step", ylabel)
     g.figure.suptitle(title, y=1.03)
     return _save(g.figure, out_dir, name, formats)
 
 
 def plot_entropy(col, out_dir, include_incomplete=False, formats=("png", "pdf")):
-    return _curve(_completed(col, include_incomplete), "entropy", "policy entropy (nats/token)",
-                  "Entropy vs step per method", Path(out_dir), "entropy_vs_step", formats)
+    return _curve(
+        _completed(col, include_incomplete),
+        "entropy",
+        "policy entropy (nats/token)",
+        "Entropy vs step per method",
+        Path(out_dir),
+        "entropy_vs_step",
+        formats,
+    )
 
 
 def plot_reward(col, out_dir, include_incomplete=False, formats=("png", "pdf")):
-    return _curve(_completed(col, include_incomplete), "reward/mean", "training reward (mean)",
-                  "Reward vs step per method", Path(out_dir), "reward_vs_step", formats)
+    return _curve(
+        _completed(col, include_incomplete),
+        "reward/mean",
+        "training reward (mean)",
+        "Reward vs step per method",
+        Path(out_dir),
+        "reward_vs_step",
+        formats,
+    )
 
 
 def plot_score(col, out_dir, score_key, include_incomplete=False, formats=("png", "pdf")):
@@ -102,13 +134,29 @@ def plot_law(col, out_dir, score_key, include_incomplete=False, formats=("png", 
     fig, ax = plt.subplots(figsize=(5.6, 4.0))
     order = pts.groupby("model")["model_params"].max().sort_values(na_position="last").index.tolist()
     palette = dict(zip(order, sns.color_palette("viridis", len(order))))
-    sns.scatterplot(data=pts, x="entropy", y="score", hue="model", hue_order=order, palette=palette, s=14,
-                    alpha=0.55, ax=ax, linewidth=0, legend=False)
+    sns.scatterplot(
+        data=pts,
+        x="entropy",
+        y="score",
+        hue="model",
+        hue_order=order,
+        palette=palette,
+        s=14,
+        alpha=0.55,
+        ax=ax,
+        linewidth=0,
+        legend=False,
+    )
     for f in fits:
         grp = pts[pts["model"] == f.label]
         hs = np.linspace(0, grp["entropy"].max() * 1.02, 200)
-        ax.plot(hs, f.predict(hs), color=palette[f.label], lw=1.8,
-                label=f"{f.label}: a={f.a:.3g}, b={f.b:.3g}, R²={f.r2:.2f}")
+        ax.plot(
+            hs,
+            f.predict(hs),
+            color=palette[f.label],
+            lw=1.8,
+            label=f"{f.label}: a={f.a:.3g}, b={f.b:.3g}, R²={f.r2:.2f}",
+        )
     ax.set_xlabel("policy entropy H")
     ax.set_ylabel(score_key)
     ax.set_title("Score vs entropy with fitted R = −a·exp(H) + b")
@@ -128,8 +176,17 @@ def plot_cov_distribution(col, out_dir, include_incomplete=False, formats=("png"
     long["group"] = long["group"].map(dict(keys))
     fig, ax = plt.subplots(figsize=(6.0, 3.8))
     hue_order, palette = method_palette(long["label"])
-    sns.barplot(data=long.rename(columns={"label": "method"}), x="group", y="cov", hue="method",
-                order=[lab for _, lab in keys], hue_order=hue_order, palette=palette, errorbar="sd", ax=ax)
+    sns.barplot(
+        data=long.rename(columns={"label": "method"}),
+        x="group",
+        y="cov",
+        hue="method",
+        order=[lab for _, lab in keys],
+        hue_order=hue_order,
+        palette=palette,
+        errorbar="sd",
+        ax=ax,
+    )
     ax.set_yscale("symlog", linthresh=1e-3)
     ax.set_xlabel("tokens ranked by covariance (A − Ā)(log π − mean log π)")
     ax.set_ylabel("mean covariance (symlog)")
@@ -168,8 +225,15 @@ def pearson_r(x, y) -> float:
     return float(np.corrcoef(x, y)[0, 1])
 
 
-def plot_entropy_change(col, out_dir, include_incomplete=False, formats=("png", "pdf"), entropy_key="entropy",
-                        delta_key=None, name="entropy_change_vs_cov"):
+def plot_entropy_change(
+    col,
+    out_dir,
+    include_incomplete=False,
+    formats=("png", "pdf"),
+    entropy_key="entropy",
+    delta_key=None,
+    name="entropy_change_vs_cov",
+):
     """Theorem 1 check: the entropy decrease -ΔH against the covariance term, with Pearson r (ΔH: see
     ``entropy_change_pairs``)."""
     pairs = entropy_change_pairs(_completed(col, include_incomplete), entropy_key, delta_key)
@@ -179,8 +243,18 @@ def plot_entropy_change(col, out_dir, include_incomplete=False, formats=("png", 
     order, palette = method_palette(pairs["method"])
     pairs["method"] = pairs["method"].map(names)
     fig, ax = plt.subplots(figsize=(5.6, 4.0))
-    sns.scatterplot(data=pairs, x="cov/term", y="neg_delta_h", hue="method", hue_order=[names[m] for m in order],
-                    palette={names[m]: c for m, c in palette.items()}, s=14, alpha=0.6, linewidth=0, ax=ax)
+    sns.scatterplot(
+        data=pairs,
+        x="cov/term",
+        y="neg_delta_h",
+        hue="method",
+        hue_order=[names[m] for m in order],
+        palette={names[m]: c for m, c in palette.items()},
+        s=14,
+        alpha=0.6,
+        linewidth=0,
+        ax=ax,
+    )
     ax.axhline(0, color="0.6", lw=0.8)
     ax.axvline(0, color="0.6", lw=0.8)
     ax.set_xlabel("covariance term of the step" if delta_key else "covariance term at step t")
@@ -200,15 +274,22 @@ def plot_size_scaling(col, out_dir, score_key, include_incomplete=False, formats
     sizes = np.array([f.model_params for f in fits])
     grid = np.logspace(np.log10(sizes.min()), np.log10(sizes.max()), 50)
     fig, axes = plt.subplots(1, 2, figsize=(8.4, 3.4))
-    for ax, name, slope, icpt, r2 in ((axes[0], "a", trend.a_slope, trend.a_intercept, trend.a_r2),
-                                      (axes[1], "b", trend.b_slope, trend.b_intercept, trend.b_r2)):
+    for ax, name, slope, icpt, r2 in (
+        (axes[0], "a", trend.a_slope, trend.a_intercept, trend.a_r2),
+        (axes[1], "b", trend.b_slope, trend.b_intercept, trend.b_r2),
+    ):
         ax.scatter(sizes, [getattr(f, name) for f in fits], color="C0", zorder=3)
         for f in fits:
-            ax.annotate(f.label, (f.model_params, getattr(f, name)), fontsize=7, xytext=(3, 3),
-                        textcoords="offset points")
-        ax.plot(grid, slope * np.log10(grid) + icpt, color="C1",
-                label=f"{name} = {slope:.3g}·log10(N) {'+' if icpt >= 0 else '−'} {abs(icpt):.3g}\n"
-                + (f"R² = {r2:.2f}" if trend.n_sizes > 2 else "2 sizes: a line through 2 points"))
+            ax.annotate(
+                f.label, (f.model_params, getattr(f, name)), fontsize=7, xytext=(3, 3), textcoords="offset points"
+            )
+        ax.plot(
+            grid,
+            slope * np.log10(grid) + icpt,
+            color="C1",
+            label=f"{name} = {slope:.3g}·log10(N) {'+' if icpt >= 0 else '−'} {abs(icpt):.3g}\n"
+            + (f"R² = {r2:.2f}" if trend.n_sizes > 2 else "2 sizes: a line through 2 points"),
+        )
         ax.set_xscale("log")
         ax.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
         ax.set_xlabel("model parameters N")
@@ -219,8 +300,9 @@ def plot_size_scaling(col, out_dir, score_key, include_incomplete=False, formats
     return _save(fig, Path(out_dir), "size_scaling", formats)
 
 
-def plot_all(col: Collection, out_dir, score_key: str, include_incomplete=False,
-             formats=("png", "pdf"), which=None) -> tuple[list[Path], list[str]]:
+def plot_all(
+    col: Collection, out_dir, score_key: str, include_incomplete=False, formats=("png", "pdf"), which=None
+) -> tuple[list[Path], list[str]]:
     """Every figure the runs have data for; returns (written paths, reasons for the skipped ones)."""
     jobs = {
         "entropy_vs_step": lambda: plot_entropy(col, out_dir, include_incomplete, formats),
@@ -244,5 +326,12 @@ def plot_all(col: Collection, out_dir, score_key: str, include_incomplete=False,
     return written, skipped
 
 
-FIGURES = ["entropy_vs_step", "reward_vs_step", "score_vs_step", "score_vs_entropy", "cov_distribution",
-           "entropy_change_vs_cov", "size_scaling"]
+FIGURES = [
+    "entropy_vs_step",
+    "reward_vs_step",
+    "score_vs_step",
+    "score_vs_entropy",
+    "cov_distribution",
+    "entropy_change_vs_cov",
+    "size_scaling",
+]

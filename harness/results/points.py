@@ -56,7 +56,7 @@ def score_series(col: Collection, score_key: str, include_incomplete: bool = Fal
     elif not score_key.startswith("eval/"):
         raise ValueError(f"score key {score_key!r} is not in any metrics.jsonl")
     if score_key.startswith("eval/") and score_key.count("/") >= 2:
-        suite, metric = score_key[len("eval/"):].rsplit("/", 1)
+        suite, metric = score_key[len("eval/") :].rsplit("/", 1)
         ev = col.evals[(col.evals["suite"] == suite) & (col.evals["metric"] == metric)]
         parts.append(ev[["run_dir", "step", "value"]].rename(columns={"value": "score"}))
     if not parts:
@@ -69,8 +69,9 @@ def score_series(col: Collection, score_key: str, include_incomplete: bool = Fal
     return scores.sort_values(["run_dir", "step"]).reset_index(drop=True)
 
 
-def run_points(col: Collection, score_key: str, entropy_key: str = ENTROPY_KEY,
-               include_incomplete: bool = False) -> pd.DataFrame:
+def run_points(
+    col: Collection, score_key: str, entropy_key: str = ENTROPY_KEY, include_incomplete: bool = False
+) -> pd.DataFrame:
     """Rows (run_dir, model, model_params, label, seed, step, entropy, score) with both values, in step order.
 
     Each score is paired with the entropy of the same policy. ``entropy`` and ``reward/mean`` on step t are
@@ -127,7 +128,8 @@ def csv_points(paths: list[str | Path], entropy_col: str, score_col: str, step_c
             avail = ", ".join(str(c) for c in merged.columns if c != "__step")
             raise ValueError(f"{flag} {want!r} is not a column of {', '.join(map(str, paths))}; columns: {avail}")
     out = merged[["__step", entropy_col, score_col]].rename(
-        columns={"__step": "step", entropy_col: "entropy", score_col: "score"})
+        columns={"__step": "step", entropy_col: "entropy", score_col: "score"}
+    )
     out["entropy"] = pd.to_numeric(out["entropy"], errors="coerce")
     out["score"] = pd.to_numeric(out["score"], errors="coerce")
     kept = out.dropna().sort_values("step").reset_index(drop=True)

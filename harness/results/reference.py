@@ -10,11 +10,24 @@ import pandas as pd
 REFERENCE_DIR = Path(__file__).resolve().parents[2] / "results" / "reference"
 REFERENCES = {"paper": "paper_table2.csv"}
 PAPER_SUITES = ["aime24", "aime25", "amc", "math500", "omni_math", "olympiadbench", "minerva"]
-PAPER_DISPLAY = {"aime24": "AIME24", "aime25": "AIME25", "amc": "AMC", "math500": "MATH-500",
-                 "omni_math": "OMNI-MATH", "olympiadbench": "OlympiadBench", "minerva": "Minerva"}
+PAPER_DISPLAY = {
+    "aime24": "AIME24",
+    "aime25": "AIME25",
+    "amc": "AMC",
+    "math500": "MATH-500",
+    "omni_math": "OMNI-MATH",
+    "olympiadbench": "OlympiadBench",
+    "minerva": "Minerva",
+}
 # other spellings of the paper's suites that evals may use -> the paper's ids
-_ALIASES = {"amc23": "amc", "math": "math500", "omnimath": "omni_math", "olympiad": "olympiadbench",
-            "olympiadbenchmath": "olympiadbench", "minervamath": "minerva"}
+_ALIASES = {
+    "amc23": "amc",
+    "math": "math500",
+    "omnimath": "omni_math",
+    "olympiad": "olympiadbench",
+    "olympiadbenchmath": "olympiadbench",
+    "minervamath": "minerva",
+}
 
 
 def canonical_suite(name: str) -> str:

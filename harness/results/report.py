@@ -12,8 +12,15 @@ from .plots import plot_all
 from .points import resolve_score_key, run_points
 from .table import build_leaderboard, render
 
-STANDARD_FIGURES = ["entropy_vs_step", "reward_vs_step", "score_vs_step", "score_vs_entropy",
-                    "entropy_change_vs_cov", "cov_distribution", "size_scaling"]
+STANDARD_FIGURES = [
+    "entropy_vs_step",
+    "reward_vs_step",
+    "score_vs_step",
+    "score_vs_entropy",
+    "entropy_change_vs_cov",
+    "cov_distribution",
+    "size_scaling",
+]
 
 
 def _write(path: Path, text: str) -> Path:
@@ -23,8 +30,9 @@ def _write(path: Path, text: str) -> Path:
     return atomic_write_text(path, text)
 
 
-def write_sweep_report(runs_dir, out_dir, score_key: str = "auto", formats=("png", "pdf"),
-                       reference: str | None = None) -> list[Path]:
+def write_sweep_report(
+    runs_dir, out_dir, score_key: str = "auto", formats=("png", "pdf"), reference: str | None = None
+) -> list[Path]:
     """Leaderboard (md, csv), the standard figures and ``entropy_law.json`` for every run under ``runs_dir``.
 
     Runs without ``result.json`` are listed as missing in the leaderboard notes. Returns the written paths
@@ -68,9 +76,15 @@ def write_sweep_report(runs_dir, out_dir, score_key: str = "auto", formats=("png
 
 def _page(runs_dir, out_dir: Path, table_md: str, written: list[Path], skipped: list[str], key, reference) -> str:
     ref = f" --reference {reference}" if reference else ""
-    lines = [f"# Leaderboard: {runs_dir}", "",
-             f"Regenerate: `harness report {runs_dir} --out {out_dir}{ref}` (or re-run the sweep with "
-             f"`--results-dir {out_dir}`).", "", table_md.rstrip(), ""]
+    lines = [
+        f"# Leaderboard: {runs_dir}",
+        "",
+        f"Regenerate: `harness report {runs_dir} --out {out_dir}{ref}` (or re-run the sweep with "
+        f"`--results-dir {out_dir}`).",
+        "",
+        table_md.rstrip(),
+        "",
+    ]
     pngs = [p for p in written if p.suffix == ".png"]
     if pngs:
         lines += ["## Figures", "", f"Score key: `{key}`. Entropy-law fits per model: `entropy_law.json`.", ""]

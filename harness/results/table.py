@@ -79,9 +79,11 @@ def run_scores(col: Collection, allow_mixed_protocols: bool = False) -> tuple[pd
             continue
         detail = "; ".join(f"[{t}] in {len(r)} run(s), e.g. {r[0]}" for t, r in tags.items())
         if not allow_mixed_protocols:
-            raise ValueError(f"suite {suite!r} was evaluated under {len(tags)} different protocols: {detail}. "
-                             "These are never averaged together; re-evaluate with one protocol, or pass "
-                             "--allow-mixed-protocols to show each protocol as its own column")
+            raise ValueError(
+                f"suite {suite!r} was evaluated under {len(tags)} different protocols: {detail}. "
+                "These are never averaged together; re-evaluate with one protocol, or pass "
+                "--allow-mixed-protocols to show each protocol as its own column"
+            )
         ev.loc[grp.index, "column"] = suite + " [" + grp["tag"] + "]"
         notes.append(f"FLAG: {suite} has {len(tags)} protocols, shown as separate columns: {detail}")
     return ev, notes
@@ -114,9 +116,15 @@ def _stats(values: pd.Series) -> tuple[float, float, float, int]:
     return iv.mean, iv.half, std, iv.n
 
 
-def build_leaderboard(col: Collection | None, baseline: str | None = None, reference: str | None = None,
-                      allow_mixed_protocols: bool = False, allow_mixed_data: bool = False,
-                      provenance: bool = False, imports: list | None = None) -> Leaderboard:
+def build_leaderboard(
+    col: Collection | None,
+    baseline: str | None = None,
+    reference: str | None = None,
+    allow_mixed_protocols: bool = False,
+    allow_mixed_data: bool = False,
+    provenance: bool = False,
+    imports: list | None = None,
+) -> Leaderboard:
     """Aggregate runs (and optionally the paper's Table 2, and models scored by lm-eval: ``imports`` = their
     results JSON files) into a :class:`Leaderboard`."""
     rows: list[dict] = []
@@ -125,62 +133,92 @@ def build_leaderboard(col: Collection | None, baseline: str | None = None, refer
     if col is not None:
         ev, proto_notes = run_scores(col, allow_mixed_protocols)
         if ev.empty:
-            raise ValueError("no completed run has eval results (result.json 'eval'); nothing to tabulate. "
-                             + _missing_text(col))
+            raise ValueError(
+                "no completed run has eval results (result.json 'eval'); nothing to tabulate. " + _missing_text(col)
+            )
         avgs = _run_averages(ev)
         per_run = ev.pivot_table(index="run_dir", columns="column", values="value", aggfunc="first")
         per_run = per_run.join(avgs.set_index("run_dir"))
-        ident = col.runs.set_index("run_dir")[["model", "model_params", "task", "setting", "label", "seed",
-                                                 "status", *PROVENANCE_COLS]]
+        ident = col.runs.set_index("run_dir")[
+            ["model", "model_params", "task", "setting", "label", "seed", "status", *PROVENANCE_COLS]
+        ]
         per_run = per_run.join(ident)
         per_run["flag"] = np.where(per_run["status"] == FLAG_INSUFFICIENT, FLAG_INSUFFICIENT, "")
         for _, r in ev[ev["value"].isna()].iterrows():  # a null score is left out of n, and said
             who = ident.loc[r["run_dir"]]
-            notes.append(f"MISSING: {who['model']} {who['label']} seed {_seed(who['seed'])} has no {r['column']} "
-                         f"score (null in its results: {r['run_dir']}); that column's n leaves it out")
+            notes.append(
+                f"MISSING: {who['model']} {who['label']} seed {_seed(who['seed'])} has no {r['column']} "
+                f"score (null in its results: {r['run_dir']}); that column's n leaves it out"
+            )
         suite_cols = sorted(ev["column"].unique(), key=_column_order)
         task_cols = ev.groupby(ev["task"].astype(str))["column"].apply(lambda s: ";".join(sorted(set(s)))).to_dict()
         keys = ["model", "task", "setting", "label", "flag"]
         data_notes = _check_data(per_run, keys, allow_mixed_data)
         for (model, task, setting, label, flag), grp in per_run.groupby(keys, dropna=False):
-            row = {"source": "runs", "model": model, "model_params": grp["model_params"].max(), "task": task,
-                   "setting": setting, "method": label, "flag": flag,
-                   "seeds": ",".join(_seed(s) for s in sorted(grp["seed"].dropna().unique())),
-                   "task_suites": task_cols.get(str(task), ""), "provenance": provenance_text(grp),
-                   "_by_seed": {c: {_seed(s): float(v) for s, v in zip(grp["seed"], grp[c]) if pd.notna(v)}
-                                for c in suite_cols + AVG_COLS}}
+            row = {
+                "source": "runs",
+                "model": model,
+                "model_params": grp["model_params"].max(),
+                "task": task,
+                "setting": setting,
+                "method": label,
+                "flag": flag,
+                "seeds": ",".join(_seed(s) for s in sorted(grp["seed"].dropna().unique())),
+                "task_suites": task_cols.get(str(task), ""),
+                "provenance": provenance_text(grp),
+                "_by_seed": {
+                    c: {_seed(s): float(v) for s, v in zip(grp["seed"], grp[c]) if pd.notna(v)}
+                    for c in suite_cols + AVG_COLS
+                },
+            }
             for c in suite_cols + AVG_COLS:
                 row[f"{c}_mean"], row[f"{c}_ci"], row[f"{c}_std"], row[f"{c}_n"] = _stats(grp[c])
             rows.append(row)
             seeds = grp["seed"].dropna()
             if seeds.duplicated().any():
-                notes.append(f"FLAG: {model} {label} has several runs with the same seed "
-                             f"({', '.join(sorted(grp.index))}); each counts in n")
+                notes.append(
+                    f"FLAG: {model} {label} has several runs with the same seed "
+                    f"({', '.join(sorted(grp.index))}); each counts in n"
+                )
         if (per_run["flag"] == FLAG_INSUFFICIENT).any():
             bad = sorted(per_run.index[per_run["flag"] == FLAG_INSUFFICIENT])
-            notes.append(f"FLAG: {len(bad)} run(s) finished with status insufficient_updates (fewer than half "
-                         "the expected policy updates): shown flagged, never ranked or compared: " + "; ".join(bad))
+            notes.append(
+                f"FLAG: {len(bad)} run(s) finished with status insufficient_updates (fewer than half "
+                "the expected policy updates): shown flagged, never ranked or compared: " + "; ".join(bad)
+            )
         settings = sorted({s for s in per_run["setting"] if s})
         if settings:
-            notes.append("FLAG: runs of one model and task differ in settings that change what they measure; "
-                         "each setting is its own block, never compared with another: " + " | ".join(settings))
-        if int(pd.to_numeric(per_run["avg_suites"].notna().groupby(
-                [per_run[k] for k in keys]).sum(), errors="coerce").max() or 0) <= 1:
+            notes.append(
+                "FLAG: runs of one model and task differ in settings that change what they measure; "
+                "each setting is its own block, never compared with another: " + " | ".join(settings)
+            )
+        if (
+            int(
+                pd.to_numeric(
+                    per_run["avg_suites"].notna().groupby([per_run[k] for k in keys]).sum(), errors="coerce"
+                ).max()
+                or 0
+            )
+            <= 1
+        ):
             notes.append("n = 1: one seed per row, so no interval; nothing is marked better than anything else")
-        notes.append("Scores in percent: mean ± half-width of the 95% Student-t CI over seeds (n = seeds with a "
-                     "value; no ± when n = 1). Δ = paired same-seed difference ± its 95% CI (Welch's interval when "
-                     "seeds do not match); bold = the CI of the difference to the runner-up (cells) or to zero "
-                     "(Δ) excludes zero. "
-                     "avg (suites) = plain mean of suites; avg (samples) = mean over all evaluation samples "
-                     "(suite weight n_problems × n_samples), as the paper's Avg.")
+        notes.append(
+            "Scores in percent: mean ± half-width of the 95% Student-t CI over seeds (n = seeds with a "
+            "value; no ± when n = 1). Δ = paired same-seed difference ± its 95% CI (Welch's interval when "
+            "seeds do not match); bold = the CI of the difference to the runner-up (cells) or to zero "
+            "(Δ) excludes zero. "
+            "avg (suites) = plain mean of suites; avg (samples) = mean over all evaluation samples "
+            "(suite weight n_problems × n_samples), as the paper's Avg."
+        )
         notes += proto_notes + data_notes
         missing = _missing_text(col)
         if missing:
             notes.append(missing)
         no_eval = sorted(set(col.completed["run_dir"]) - set(ev["run_dir"]))
         if no_eval:
-            notes.append(f"NO EVAL: {len(no_eval)} completed run(s) have no eval results, left out: "
-                         + "; ".join(no_eval))
+            notes.append(
+                f"NO EVAL: {len(no_eval)} completed run(s) have no eval results, left out: " + "; ".join(no_eval)
+            )
     if reference:
         ref_rows, ref_notes = _reference_rows(reference)
         rows += ref_rows
@@ -210,8 +248,15 @@ def build_leaderboard(col: Collection | None, baseline: str | None = None, refer
     _add_deltas(table, baseline)
     _mark_best(table, suite_cols + AVG_COLS)
     table = _sort(table, baseline)
-    return Leaderboard(rows=table, columns=suite_cols + AVG_COLS, notes=notes, show_task=show_task,
-                       baseline=baseline, show_setting=show_setting, show_provenance=provenance)
+    return Leaderboard(
+        rows=table,
+        columns=suite_cols + AVG_COLS,
+        notes=notes,
+        show_task=show_task,
+        baseline=baseline,
+        show_setting=show_setting,
+        show_provenance=provenance,
+    )
 
 
 PROVENANCE_COLS = ["git_commit", "git_dirty", "datasets"]
@@ -244,19 +289,25 @@ def _check_data(per_run: pd.DataFrame, keys: list[str], allow_mixed: bool) -> li
                 rows = "; ".join(f"{sha[:12]}: {', '.join(sorted(m))}" for sha, m in sorted(by_sha.items()))
                 across.append(f"{key[0]}: dataset {name!r} ({rows})")
     if across:
-        notes.append("FLAG: rows compared with each other read different data versions, so their differences "
-                     "include the data's: " + " | ".join(across))
+        notes.append(
+            "FLAG: rows compared with each other read different data versions, so their differences "
+            "include the data's: " + " | ".join(across)
+        )
     if conflicts and not allow_mixed:
-        raise ValueError("runs pooled into one row read different data: " + " | ".join(conflicts)
-                         + ". Their scores are not seeds of one experiment; re-run them on one data version, or "
-                         "pass --allow-mixed-data to pool them anyway (flagged)")
+        raise ValueError(
+            "runs pooled into one row read different data: "
+            + " | ".join(conflicts)
+            + ". Their scores are not seeds of one experiment; re-run them on one data version, or "
+            "pass --allow-mixed-data to pool them anyway (flagged)"
+        )
     if conflicts:
         notes.append("FLAG: rows pool runs that read different data (--allow-mixed-data): " + " | ".join(conflicts))
     unrecorded = sorted(str(r) for r, d in per_run["datasets"].items() if not isinstance(d, str))
     if unrecorded:
-        notes.append(f"PROVENANCE: {len(unrecorded)} of {len(per_run)} run(s) carry no provenance (written before it "
-                     "was recorded): their data versions cannot be checked; pooled as before: "
-                     + "; ".join(unrecorded))
+        notes.append(
+            f"PROVENANCE: {len(unrecorded)} of {len(per_run)} run(s) carry no provenance (written before it "
+            "was recorded): their data versions cannot be checked; pooled as before: " + "; ".join(unrecorded)
+        )
     return notes
 
 
@@ -276,8 +327,10 @@ def provenance_text(grp: pd.DataFrame) -> str:
             else:
                 lines = "".join(f"{k}={v}\n" for k, v in sorted(m.items()))
                 data.append(hashlib.sha256(lines.encode()).hexdigest()[:8])
-    parts = [f"git {', '.join(dict.fromkeys(sorted(commits)))}" if commits else "",
-             f"data {', '.join(dict.fromkeys(sorted(data)))}" if data else ""]
+    parts = [
+        f"git {', '.join(dict.fromkeys(sorted(commits)))}" if commits else "",
+        f"data {', '.join(dict.fromkeys(sorted(data)))}" if data else "",
+    ]
     missing = int(sum(not isinstance(d, str) for d in grp["datasets"]))
     if missing:
         parts.append(f"{missing} run(s) unrecorded")
@@ -304,8 +357,15 @@ def _reference_rows(name: str) -> tuple[list[dict], list[str]]:
     rows = []
     for r in ref.itertuples(index=False):
         r = r._asdict()
-        row = {"source": name, "model": r["model"], "model_params": r["model_params"], "task": "paper",
-               "method": r["method"], "seeds": "", "task_suites": ";".join(PAPER_SUITES)}
+        row = {
+            "source": name,
+            "model": r["model"],
+            "model_params": r["model_params"],
+            "task": "paper",
+            "method": r["method"],
+            "seeds": "",
+            "task_suites": ";".join(PAPER_SUITES),
+        }
         for s in PAPER_SUITES:
             row[f"{s}_mean"], row[f"{s}_std"], row[f"{s}_n"] = float(r[s]), math.nan, math.nan
             row[f"{s}_ci"] = math.nan
@@ -315,10 +375,11 @@ def _reference_rows(name: str) -> tuple[list[dict], list[str]]:
         for a in AVG_COLS:
             row[f"{a}_std"], row[f"{a}_n"], row[f"{a}_ci"] = math.nan, math.nan, math.nan
         rows.append(row)
-    note = (f"REFERENCE ({name}): Cui et al. 2025 Table 2 as reported, not re-run here (results/reference/). "
-            "Its avg (samples) is the paper's Avg.; its avg (suites) is computed here from the 7 columns. "
-            "Paper suite weights (evaluation rows): "
-            + ", ".join(f"{s}={int(w)}" for s, w in weights.items()))
+    note = (
+        f"REFERENCE ({name}): Cui et al. 2025 Table 2 as reported, not re-run here (results/reference/). "
+        "Its avg (samples) is the paper's Avg.; its avg (suites) is computed here from the 7 columns. "
+        "Paper suite weights (evaluation rows): " + ", ".join(f"{s}={int(w)}" for s, w in weights.items())
+    )
     return rows, [note]
 
 
@@ -333,13 +394,23 @@ def _imported_rows(paths, ev: pd.DataFrame | None) -> tuple[list[dict], list[str
     ours: dict[str, set] = {}
     if ev is not None and not ev.empty:
         for c, grp in ev.groupby("column"):
-            ours[c] = {_protocol_key(r) for r in grp[["n_problems", "n_samples", "temperature", "top_p",
-                                                      "max_tokens"]].to_dict("records")}
+            ours[c] = {
+                _protocol_key(r)
+                for r in grp[["n_problems", "n_samples", "temperature", "top_p", "max_tokens"]].to_dict("records")
+            }
     rows, notes = [], []
     for path in paths:
         m = read_lm_eval(path)
-        row = {"source": IMPORTED, "model": m.model, "model_params": math.nan, "task": IMPORTED, "setting": "",
-               "method": f"lm-eval ({Path(m.path).name})", "flag": "", "seeds": ""}
+        row = {
+            "source": IMPORTED,
+            "model": m.model,
+            "model_params": math.nan,
+            "task": IMPORTED,
+            "setting": "",
+            "method": f"lm-eval ({Path(m.path).name})",
+            "flag": "",
+            "seeds": "",
+        }
         cols: list[str] = []
         for t in m.tasks:
             if t.column in cols:
@@ -350,18 +421,22 @@ def _imported_rows(paths, ev: pd.DataFrame | None) -> tuple[list[dict], list[str
             row[f"{t.column}_ci"] = row[f"{t.column}_std"] = row[f"{t.column}_n"] = math.nan
             key = _protocol_key(t.protocol)
             if t.column in ours and key not in ours[t.column]:
-                notes.append(f"FLAG: {m.model} (lm-eval) {t.column} protocol ({t.protocol_text()}) differs from the "
-                             "runs' in that column: the scores are not directly comparable")
+                notes.append(
+                    f"FLAG: {m.model} (lm-eval) {t.column} protocol ({t.protocol_text()}) differs from the "
+                    "runs' in that column: the scores are not directly comparable"
+                )
         for a in AVG_COLS:
             row[f"{a}_mean"] = row[f"{a}_ci"] = row[f"{a}_std"] = row[f"{a}_n"] = math.nan
         row["task_suites"] = ";".join(cols)
         row["protocol"] = " | ".join(f"{t.column}: {t.protocol_text()}" for t in m.tasks if t.column in cols)
         rows.append(row)
         version = f" {m.lm_eval_version}" if m.lm_eval_version else ""
-        notes.append(f"IMPORTED (lm-eval{version}): {m.path}: {m.model} scored by lm-evaluation-harness, not by this "
-                     "harness: its own row, never pooled with runs nor compared with them (no Δ, no bold, no "
-                     f"averages); score × 100. Protocol: {row['protocol']}"
-                     + (f". Skipped: {'; '.join(m.skipped)}" if m.skipped else ""))
+        notes.append(
+            f"IMPORTED (lm-eval{version}): {m.path}: {m.model} scored by lm-evaluation-harness, not by this "
+            "harness: its own row, never pooled with runs nor compared with them (no Δ, no bold, no "
+            f"averages); score × 100. Protocol: {row['protocol']}"
+            + (f". Skipped: {'; '.join(m.skipped)}" if m.skipped else "")
+        )
     return rows, notes
 
 
@@ -392,9 +467,11 @@ def _protocol_vs_paper(ev: pd.DataFrame) -> list[str]:
             except (TypeError, ValueError):
                 same = False
             if not same:
-                out.append(f"FLAG: runs' {suite} protocol ({r['protocol']}) differs from the paper's "
-                           f"(problems={want[0]},n={want[1]},T={want[2]},max_tokens={want[3]}): "
-                           "the columns are not directly comparable")
+                out.append(
+                    f"FLAG: runs' {suite} protocol ({r['protocol']}) differs from the paper's "
+                    f"(problems={want[0]},n={want[1]},T={want[2]},max_tokens={want[3]}): "
+                    "the columns are not directly comparable"
+                )
     return out
 
 
@@ -472,16 +549,24 @@ def _mark_best(table: pd.DataFrame, columns: list[str]) -> None:
 def _sort(table: pd.DataFrame, baseline: str | None) -> pd.DataFrame:
     if table.empty:
         return table
-    t = table.assign(_src=(table["source"] != "runs").astype(int),
-                     _size=table["model_params"].fillna(np.inf),
-                     _base=(table["method"] != baseline).astype(int),
-                     _order=[METHOD_ORDER.index(m) if m in METHOD_ORDER else len(METHOD_ORDER)
-                             for m in table["method"].astype(str).str.split("[+(]").str[0]])
-    return t.sort_values(["_src", "_size", "model", "task", "setting", "_base", "_order", "method", "flag"]).drop(
-        columns=["_src", "_size", "_base", "_order"]).reset_index(drop=True)
+    t = table.assign(
+        _src=(table["source"] != "runs").astype(int),
+        _size=table["model_params"].fillna(np.inf),
+        _base=(table["method"] != baseline).astype(int),
+        _order=[
+            METHOD_ORDER.index(m) if m in METHOD_ORDER else len(METHOD_ORDER)
+            for m in table["method"].astype(str).str.split("[+(]").str[0]
+        ],
+    )
+    return (
+        t.sort_values(["_src", "_size", "model", "task", "setting", "_base", "_order", "method", "flag"])
+        .drop(columns=["_src", "_size", "_base", "_order"])
+        .reset_index(drop=True)
+    )
 
 
 # ---------------------------------------------------------------- formatting
+
 
 def _cell(row: pd.Series, c: str) -> str:
     mean, ci, n = row[f"{c}_mean"], row[f"{c}_ci"], row[f"{c}_n"]
@@ -510,8 +595,7 @@ _KIND = {IMPORTED: "imported"}
 
 
 def _display(lb: Leaderboard, bold) -> tuple[list[str], list[list[str]]]:
-    head = ["model", *(["task"] if lb.show_task else []), *(["setting"] if lb.show_setting else []), "method",
-            "source"]
+    head = ["model", *(["task"] if lb.show_task else []), *(["setting"] if lb.show_setting else []), "method", "source"]
     head += [AVG_TITLES.get(c, PAPER_DISPLAY.get(c, c)) for c in lb.columns]
     base = lb.baseline or "baseline"
     head += [f"{DELTA_TITLES[a]} vs {base}" for a in AVG_COLS]
@@ -521,9 +605,13 @@ def _display(lb: Leaderboard, bold) -> tuple[list[str], list[list[str]]]:
     for _, r in lb.rows.iterrows():
         best = set(filter(None, r["best"].split(";")))
         method = str(r["method"]) + (f" [FLAG: {r['flag']}, not ranked]" if r.get("flag") else "")
-        line = [str(r["model"]), *([str(r["task"])] if lb.show_task else []),
-                *([str(r["setting"]) or "(default)"] if lb.show_setting else []), method,
-                "run" if r["source"] == "runs" else f"{r['source']} ({_KIND.get(r['source'], 'reference')})"]
+        line = [
+            str(r["model"]),
+            *([str(r["task"])] if lb.show_task else []),
+            *([str(r["setting"]) or "(default)"] if lb.show_setting else []),
+            method,
+            "run" if r["source"] == "runs" else f"{r['source']} ({_KIND.get(r['source'], 'reference')})",
+        ]
         line += [bold(_cell(r, c)) if c in best else _cell(r, c) for c in lb.columns]
         line += [_delta(r, a, bold) for a in AVG_COLS]
         if lb.show_provenance:
@@ -540,8 +628,16 @@ def to_markdown(lb: Leaderboard) -> str:
 
 
 def _tex_escape(s: str) -> str:
-    for a, b in [("\\", r"\textbackslash{}"), ("&", r"\&"), ("%", r"\%"), ("_", r"\_"), ("#", r"\#"),
-                 ("±", r"$\pm$"), ("Δ", r"$\Delta$"), ("—", "--")]:
+    for a, b in [
+        ("\\", r"\textbackslash{}"),
+        ("&", r"\&"),
+        ("%", r"\%"),
+        ("_", r"\_"),
+        ("#", r"\#"),
+        ("±", r"$\pm$"),
+        ("Δ", r"$\Delta$"),
+        ("—", "--"),
+    ]:
         s = s.replace(a, b)
     return s
 

@@ -5,7 +5,7 @@ import math
 
 import pytest
 
-from harness.results.collect import CorruptMetricsWarning, collect, find_run_dirs, final_evals
+from harness.results.collect import CorruptMetricsWarning, collect, final_evals, find_run_dirs
 
 
 def test_finds_runs_recursively_and_reports_missing(runs_root, mk):
@@ -65,7 +65,10 @@ def test_a_differing_nested_option_is_named_once(runs_root, mk):
     for name, alpha in (("a", 0.1), ("b", 0.4)):
         mk(runs_root, name, method="entropy_advantage", method_config={"advantage_options": {"alpha": alpha}})
     labels = sorted(collect([runs_root]).runs["label"])
-    assert labels == ["entropy_advantage(advantage_options.alpha=0.1)", "entropy_advantage(advantage_options.alpha=0.4)"]
+    assert labels == [
+        "entropy_advantage(advantage_options.alpha=0.1)",
+        "entropy_advantage(advantage_options.alpha=0.4)",
+    ]
 
 
 def test_runs_differing_in_training_settings_are_not_seeds_of_one_row(runs_root, mk):

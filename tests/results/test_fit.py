@@ -53,13 +53,16 @@ def test_fit_fraction_predicts_the_rest():
     assert f.a == pytest.approx(0.5) and f.rmse_heldout == pytest.approx(0.5)
 
 
-@pytest.mark.parametrize("h, r, frac, msg", [
-    ([0.1, 0.2], [0.3, 0.4], None, "need at least 3 points"),
-    ([0.5, 0.5, 0.5], [0.1, 0.2, 0.3], None, "all x values are equal"),
-    ([0.1, 0.2, 0.3, 0.4], [0.1, 0.2, 0.3, 0.4], 1.5, r"must be in \(0, 1\)"),
-    ([0.1, 0.2, 0.3], [0.1, 0.2, 0.3], 0.99, "leaves nothing to predict"),
-    ([0.1, float("nan"), 0.3], [0.1, 0.2, 0.3], None, r"need at least 3 points .* got 2"),
-])
+@pytest.mark.parametrize(
+    "h, r, frac, msg",
+    [
+        ([0.1, 0.2], [0.3, 0.4], None, "need at least 3 points"),
+        ([0.5, 0.5, 0.5], [0.1, 0.2, 0.3], None, "all x values are equal"),
+        ([0.1, 0.2, 0.3, 0.4], [0.1, 0.2, 0.3, 0.4], 1.5, r"must be in \(0, 1\)"),
+        ([0.1, 0.2, 0.3], [0.1, 0.2, 0.3], 0.99, "leaves nothing to predict"),
+        ([0.1, float("nan"), 0.3], [0.1, 0.2, 0.3], None, r"need at least 3 points .* got 2"),
+    ],
+)
 def test_bad_fit_inputs(h, r, frac, msg):
     with pytest.raises(ValueError, match=msg):
         fit_entropy_law(h, r, fit_fraction=frac)
@@ -80,8 +83,10 @@ def test_size_trend_is_log_linear():
 def test_cli_fit_runs_json(runs_root, mk, capsys):
     for size, law, name in [(3e5, (0.3, 0.7), "pocket-0.3m"), (1e6, (0.25, 0.8), "pocket-1m")]:
         mk(runs_root, f"{name}-s0", model=name, model_params=size, law=law, steps=30)
-    assert main(["fit", str(runs_root), "--by", "model", "--score-key", "reward/mean", "--json",
-                 "--predict-size", "1e7"]) == 0
+    assert (
+        main(["fit", str(runs_root), "--by", "model", "--score-key", "reward/mean", "--json", "--predict-size", "1e7"])
+        == 0
+    )
     out = json.loads(capsys.readouterr().out)
     assert {"a", "b", "r2", "ceiling"} <= set(out) and out["score_key"] == "reward/mean"
     fits = {f["label"]: f for f in out["fits"]}
@@ -107,8 +112,23 @@ def test_cli_fit_csv_wandb_and_tensorboard(tmp_path, capsys):
     rows = ["Step,train_entropy/all,val/score-all"]
     rows += [f"{i},{h[i]},{r[i] if i % 2 == 0 else ''}" for i in range(12)]  # score only on even steps
     wb.write_text("\n".join(rows) + "\n")
-    assert main(["fit", "--csv", str(wb), "--entropy-col", "train_entropy/all", "--score-col", "val/score-all",
-                 "--json", "--fit-fraction", "0.5"]) == 0
+    assert (
+        main(
+            [
+                "fit",
+                "--csv",
+                str(wb),
+                "--entropy-col",
+                "train_entropy/all",
+                "--score-col",
+                "val/score-all",
+                "--json",
+                "--fit-fraction",
+                "0.5",
+            ]
+        )
+        == 0
+    )
     cap = capsys.readouterr()
     out = json.loads(cap.out)
     assert out["a"] == pytest.approx(0.25) and out["n_points"] == 3 and out["n_heldout"] == 3
@@ -119,8 +139,23 @@ def test_cli_fit_csv_wandb_and_tensorboard(tmp_path, capsys):
     ent, score = tmp_path / "entropy.csv", tmp_path / "score.csv"
     ent.write_text("Wall time,Step,Value\n" + "".join(f"0,{i},{h[i]}\n" for i in range(12)))
     score.write_text("Wall time,Step,Value\n" + "".join(f"0,{i},{r[i]}\n" for i in range(12)))
-    assert main(["fit", "--csv", str(ent), "--csv", str(score), "--entropy-col", "entropy/Value",
-                 "--score-col", "score/Value", "--json"]) == 0
+    assert (
+        main(
+            [
+                "fit",
+                "--csv",
+                str(ent),
+                "--csv",
+                str(score),
+                "--entropy-col",
+                "entropy/Value",
+                "--score-col",
+                "score/Value",
+                "--json",
+            ]
+        )
+        == 0
+    )
     out = json.loads(capsys.readouterr().out)
     assert (out["a"], out["b"], out["n_points"]) == pytest.approx((0.25, 0.8, 12))
     assert main(["fit", "--csv", str(wb), "--entropy-col", "entropy", "--score-col", "val/score-all"]) == 2
@@ -147,7 +182,8 @@ def test_scores_pair_with_the_entropy_of_the_same_policy(runs_root, mk):
     # eval at step t (policy after t updates) <-> entropy logged at step t+1; the final eval (4) has no partner
     assert list(ev.index) == [0, 2]
     assert ev.loc[0, "entropy"] == pytest.approx(math.exp(-0.5)) and ev.loc[2, "entropy"] == pytest.approx(
-        math.exp(-1.5))
+        math.exp(-1.5)
+    )
     rw = run_points(col, "reward/mean").set_index("step")
     assert list(rw.index) == [1, 2, 3, 4] and rw.loc[2, "entropy"] == pytest.approx(math.exp(-1.0))
 
@@ -176,6 +212,9 @@ def test_cli_fit_reports_runs_too_short_to_fit(runs_root, mk, capsys):
     assert main(["fit", str(runs_root), "--score-key", "reward/mean", "--json"]) == 0
     captured = capsys.readouterr()
     out = json.loads(captured.out)
-    assert len(out["fits"]) == 1 and len(out["skipped"]) == 1 and out["skipped"][0].endswith(
-        "need at least 3 points with both entropy and score to fit, got 2")
+    assert (
+        len(out["fits"]) == 1
+        and len(out["skipped"]) == 1
+        and out["skipped"][0].endswith("need at least 3 points with both entropy and score to fit, got 2")
+    )
     assert "skipped " in captured.err and "/short" in captured.err

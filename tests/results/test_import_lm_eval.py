@@ -33,8 +33,13 @@ def lm_eval_doc(max_gen_toks=8192):
                 "task": "harness_math500",
                 "repeats": 1,
                 "num_fewshot": 0,
-                "generation_kwargs": {"until": [], "do_sample": False, "temperature": 0.0, "top_p": 1.0,
-                                      "max_gen_toks": max_gen_toks},
+                "generation_kwargs": {
+                    "until": [],
+                    "do_sample": False,
+                    "temperature": 0.0,
+                    "top_p": 1.0,
+                    "max_gen_toks": max_gen_toks,
+                },
             },
             "gsm8k": {
                 "task": "gsm8k",
@@ -46,8 +51,10 @@ def lm_eval_doc(max_gen_toks=8192):
         "versions": {"harness_math500": 1.0, "gsm8k": 3.0},
         "n-shot": {"harness_math500": 0, "gsm8k": 5},
         "higher_is_better": {"harness_math500": {"avg_at_k": True}, "gsm8k": {"exact_match": True}},
-        "n-samples": {"harness_math500": {"original": 500, "effective": 500}, "gsm8k": {"original": 1319,
-                                                                                       "effective": 1319}},
+        "n-samples": {
+            "harness_math500": {"original": 500, "effective": 500},
+            "gsm8k": {"original": 1319, "effective": 1319},
+        },
         "config": {"model": "vllm", "model_args": "pretrained=Qwen/Qwen2.5-7B,dtype=bfloat16", "limit": None},
         "lm_eval_version": "0.4.13",
         "date": 1796300000.0,
@@ -59,8 +66,15 @@ def runs(tmp_path, mk, suite):
     root = tmp_path / "runs"
     for method, values in (("grpo", (0.40, 0.44)), ("kl_cov", (0.50, 0.52))):
         for seed, v in enumerate(values):
-            mk(root, f"{method}_s{seed}", method=method, seed=seed, model="Qwen/Qwen2.5-7B", task="dapo",
-               suites={"math500": suite("math500", v, **MATH500)})
+            mk(
+                root,
+                f"{method}_s{seed}",
+                method=method,
+                seed=seed,
+                model="Qwen/Qwen2.5-7B",
+                task="dapo",
+                suites={"math500": suite("math500", v, **MATH500)},
+            )
     return root
 
 
@@ -120,10 +134,15 @@ def test_import_alone_and_several_files(tmp_path, capsys):
     doc["config"]["model_args"] = {"pretrained": "org/other-1.5B"}
     doc["configs"]["gsm8k"]["generation_kwargs"].update(do_sample=True, temperature=0.6, top_p=0.95)
     b = _write(tmp_path, doc, "b.json")
-    rows = list(csv.DictReader(io.StringIO(_table(capsys, "--import-lm-eval", str(a), "--import-lm-eval", str(b),
-                                                  "--format", "csv"))))
-    assert {(r["model"], r["method"]) for r in rows} == {("Qwen/Qwen2.5-7B", "lm-eval (a.json)"),
-                                                          ("org/other-1.5B", "lm-eval (b.json)")}
+    rows = list(
+        csv.DictReader(
+            io.StringIO(_table(capsys, "--import-lm-eval", str(a), "--import-lm-eval", str(b), "--format", "csv"))
+        )
+    )
+    assert {(r["model"], r["method"]) for r in rows} == {
+        ("Qwen/Qwen2.5-7B", "lm-eval (a.json)"),
+        ("org/other-1.5B", "lm-eval (b.json)"),
+    }
     other = next(r for r in rows if r["model"] == "org/other-1.5B")
     assert "gsm8k: exact_match,strict-match; problems=1319, n=1, T=0.6, top_p=0.95" in other["protocol"]
     assert all(r["best"] == "" for r in rows)  # different models: nothing ranked across them

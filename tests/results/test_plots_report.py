@@ -17,8 +17,17 @@ from harness.results.report import write_sweep_report
 def two_sizes(runs_root, mk):
     for name, size, law in [("pocket-0.3m", 3e5, (0.3, 0.7)), ("pocket-1m", 1e6, (0.25, 0.8))]:
         for method, decay in [("grpo", 0.1), ("kl_cov", 0.04)]:
-            mk(runs_root, f"{name}-{method}", model=name, model_params=size, method=method, law=law, decay=decay,
-               steps=20, noise=0.005)
+            mk(
+                runs_root,
+                f"{name}-{method}",
+                model=name,
+                model_params=size,
+                method=method,
+                law=law,
+                decay=decay,
+                steps=20,
+                noise=0.005,
+            )
     return runs_root
 
 
@@ -49,18 +58,30 @@ def test_every_figure_with_expected_axes(two_sizes, tmp_path, monkeypatch):
 def test_figures_without_data_are_skipped_with_reason(runs_root, mk, tmp_path):
     d = mk(runs_root, "r", steps=6)
     lines = [json.loads(x) for x in (d / "metrics.jsonl").read_text().splitlines()]
-    (d / "metrics.jsonl").write_text("".join(
-        json.dumps({k: v for k, v in rec.items() if not k.startswith("cov/")}) + "\n" for rec in lines))
-    written, skipped = plot_all(collect([d]), tmp_path, "reward/mean", formats=("png",),
-                                which=["entropy_vs_step", "cov_distribution", "size_scaling"])
+    (d / "metrics.jsonl").write_text(
+        "".join(json.dumps({k: v for k, v in rec.items() if not k.startswith("cov/")}) + "\n" for rec in lines)
+    )
+    written, skipped = plot_all(
+        collect([d]),
+        tmp_path,
+        "reward/mean",
+        formats=("png",),
+        which=["entropy_vs_step", "cov_distribution", "size_scaling"],
+    )
     assert [p.name for p in written] == ["entropy_vs_step.png"]
     assert skipped[0] == "cov_distribution: no run logged cov/top_*pct or cov/mean"
     assert skipped[1].startswith("size_scaling: needs law fits for at least two model sizes")
 
 
 def test_entropy_change_is_paired_with_the_next_step():
-    m = pd.DataFrame({"run_dir": "r", "step": [1, 2, 3, 5, 6], "entropy": [1.0, 0.8, 0.7, 0.6, 0.55],
-                      "cov/term": [0.2, 0.1, 0.05, 0.3, 0.4]})
+    m = pd.DataFrame(
+        {
+            "run_dir": "r",
+            "step": [1, 2, 3, 5, 6],
+            "entropy": [1.0, 0.8, 0.7, 0.6, 0.55],
+            "cov/term": [0.2, 0.1, 0.05, 0.3, 0.4],
+        }
+    )
     p = entropy_change_pairs(m).set_index("step")
     # step 3 -> 5 is not consecutive, step 6 has no next step
     assert list(p.index) == [1, 2, 5] and list(p["delta_h"]) == pytest.approx([-0.2, -0.1, -0.05])
@@ -73,8 +94,14 @@ def test_sweep_report(two_sizes, mk, tmp_path):
     out = tmp_path / "results"
     written = write_sweep_report(two_sizes, out, formats=("png",))
     names = {p.name for p in written}
-    assert {"leaderboard.md", "leaderboard.csv", "entropy_law.json", "entropy_vs_step.png", "reward_vs_step.png",
-            "score_vs_entropy.png"} <= names
+    assert {
+        "leaderboard.md",
+        "leaderboard.csv",
+        "entropy_law.json",
+        "entropy_vs_step.png",
+        "reward_vs_step.png",
+        "score_vs_entropy.png",
+    } <= names
     md = (out / "leaderboard.md").read_text()
     assert "MISSING: 1 run(s)" in md and "pocket-1m-clip_cov (no result.json)" in md
     assert "![entropy_vs_step](entropy_vs_step.png)" in md and f"harness report {two_sizes} --out {out}" in md
@@ -98,8 +125,22 @@ def test_cli_plot_errors(runs_root, mk, tmp_path, capsys):
     assert "unknown figure 'pie'" in capsys.readouterr().err
     assert main(["plot", str(runs_root), "--out", str(tmp_path), "--formats", "gif"]) == 2
     figs = tmp_path / "figs"
-    assert main(["plot", str(runs_root), "--out", str(figs), "--include-incomplete", "--only",
-                 "entropy_vs_step", "--formats", "png,pdf"]) == 0
+    assert (
+        main(
+            [
+                "plot",
+                str(runs_root),
+                "--out",
+                str(figs),
+                "--include-incomplete",
+                "--only",
+                "entropy_vs_step",
+                "--formats",
+                "png,pdf",
+            ]
+        )
+        == 0
+    )
     assert sorted(p.name for p in figs.iterdir()) == ["entropy_vs_step.pdf", "entropy_vs_step.png"]
 
 

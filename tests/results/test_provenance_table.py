@@ -21,10 +21,18 @@ def with_provenance(run_dir, commit="1a2b3c4d5e6f7a8b9c0d", dirty=False, dataset
     """Add the ``provenance`` object harness.provenance.collect writes to a fixture run's result.json."""
     path = run_dir / "result.json"
     res = json.loads(path.read_text())
-    entries = [{"name": k, "source": None, "revision": None, "sha256": v, "rows": 3}
-               for k, v in (datasets if datasets is not None else {"arith": SHA_A}).items()]
-    res["provenance"] = {"git_commit": commit, "git_dirty": dirty, "packages": {}, "datasets": entries,
-                         "hardware": {}, "created": "2026-12-03T00:00:00Z"}
+    entries = [
+        {"name": k, "source": None, "revision": None, "sha256": v, "rows": 3}
+        for k, v in (datasets if datasets is not None else {"arith": SHA_A}).items()
+    ]
+    res["provenance"] = {
+        "git_commit": commit,
+        "git_dirty": dirty,
+        "packages": {},
+        "datasets": entries,
+        "hardware": {},
+        "created": "2026-12-03T00:00:00Z",
+    }
     path.write_text(json.dumps(res))
     return run_dir
 
@@ -45,10 +53,14 @@ def test_collect_reads_provenance(runs_root, mk):
 def test_eval_only_results_provenance(runs_root, suite):
     d = runs_root / "base"
     d.mkdir(parents=True)
-    prov = {"git_commit": "ffff000011112222", "git_dirty": False,
-            "datasets": [{"name": "arith", "sha256": SHA_B, "revision": None}]}
-    d.joinpath("results.json").write_text(json.dumps({"model": "m", "engine": "hf", "provenance": prov,
-                                                      "suites": {"arith": suite("arith", 0.4)}}))
+    prov = {
+        "git_commit": "ffff000011112222",
+        "git_dirty": False,
+        "datasets": [{"name": "arith", "sha256": SHA_B, "revision": None}],
+    }
+    d.joinpath("results.json").write_text(
+        json.dumps({"model": "m", "engine": "hf", "provenance": prov, "suites": {"arith": suite("arith", 0.4)}})
+    )
     lb = build_leaderboard(collect([runs_root]), provenance=True)
     assert row(lb, "eval-only")["provenance"] == "git ffff000 · data bbbbbbbb"
 
@@ -83,7 +95,8 @@ def test_same_data_pools_and_the_column_shows_it(runs_root, mk, suite):
     assert row(lb, "kl_cov")["provenance"] == "1 run(s) unrecorded"
     assert [n for n in lb.notes if n.startswith("PROVENANCE:")] == [
         f"PROVENANCE: 1 of 3 run(s) carry no provenance (written before it was recorded): their data versions "
-        f"cannot be checked; pooled as before: {runs_root / 'k0'}"]
+        f"cannot be checked; pooled as before: {runs_root / 'k0'}"
+    ]
     md = render(lb, "md")
     assert md.splitlines()[0].endswith("| provenance |") and f"data {joint}" in md
     assert "provenance" in render(lb, "csv").splitlines()[0].split(",")

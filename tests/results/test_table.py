@@ -128,10 +128,14 @@ def test_cli_table(runs_root, mk, suite, capsys, tmp_path):
 
 
 def test_reference_flags_runs_evaluated_under_another_protocol(runs_root, mk, suite):
-    mk(runs_root, "a", suites={"AIME24": suite("AIME24", 0.2, n_problems=30, n_samples=32, temperature=0.6,
-                                                max_tokens=8192),
-                               "MATH-500": suite("MATH-500", 0.7, n_problems=500, n_samples=4, temperature=0.6,
-                                                 max_tokens=8192)})
+    mk(
+        runs_root,
+        "a",
+        suites={
+            "AIME24": suite("AIME24", 0.2, n_problems=30, n_samples=32, temperature=0.6, max_tokens=8192),
+            "MATH-500": suite("MATH-500", 0.7, n_problems=500, n_samples=4, temperature=0.6, max_tokens=8192),
+        },
+    )
     lb = build_leaderboard(collect([runs_root]), reference="paper")
     flags = [n for n in lb.notes if n.startswith("FLAG: runs'")]
     assert len(flags) == 1 and flags[0].startswith("FLAG: runs' math500 protocol (problems=500,n=4,T=0.6")
@@ -172,13 +176,24 @@ def test_harness_eval_output_is_an_eval_only_row(runs_root, mk, suite):
     _runs(runs_root, mk, suite)
     base = runs_root / "base"
     base.mkdir()
-    (base / "results.json").write_text(_json.dumps({"model": "pocket-1m", "engine": "hf", "suites": {
-        "A": suite("A", 0.3, n_problems=10, n_samples=4), "B": suite("B", 0.6, n_problems=20, n_samples=1)}}))
+    (base / "results.json").write_text(
+        _json.dumps(
+            {
+                "model": "pocket-1m",
+                "engine": "hf",
+                "suites": {
+                    "A": suite("A", 0.3, n_problems=10, n_samples=4),
+                    "B": suite("B", 0.6, n_problems=20, n_samples=1),
+                },
+            }
+        )
+    )
     lb = build_leaderboard(collect([runs_root]))
     row = _row(lb, "eval-only")
     assert row["A_mean"] == pytest.approx(30.0) and row["avg_samples_mean"] == pytest.approx((30 * 40 + 60 * 20) / 60)
-    assert row["model"] == "pocket-1m" and _row(lb, "kl_cov")["delta_avg_samples"] == pytest.approx(70 - 63.3333,
-                                                                                                  abs=1e-3)
+    assert row["model"] == "pocket-1m" and _row(lb, "kl_cov")["delta_avg_samples"] == pytest.approx(
+        70 - 63.3333, abs=1e-3
+    )
 
 
 def test_a_seed_with_a_null_score_is_named(runs_root, mk, suite):

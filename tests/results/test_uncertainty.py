@@ -38,8 +38,7 @@ def test_paired_diff_matches_scipy_ttest_rel():
 
 def _three(root, mk, suite, method, values, **kw):
     for seed, v in enumerate(values):
-        mk(root, f"{method}{seed}{kw.get('model', '')}", method=method, seed=seed,
-           suites={"A": suite("A", v)}, **kw)
+        mk(root, f"{method}{seed}{kw.get('model', '')}", method=method, seed=seed, suites={"A": suite("A", v)}, **kw)
 
 
 def test_bold_only_when_the_paired_interval_excludes_the_runner_up(runs_root, mk, suite):
@@ -51,7 +50,7 @@ def test_bold_only_when_the_paired_interval_excludes_the_runner_up(runs_root, mk
     assert t.at["kl_cov", "best"] == "A;avg_suites;avg_samples"
     assert t.at["kl_cov", "delta_avg_suites"] == pytest.approx(10.0)
     d = [10.0, 11.0, 9.0]
-    assert t.at["kl_cov", "delta_avg_suites_ci"] == pytest.approx(st.t.ppf(0.975, 2) * np.std(d, ddof=1) / 3 ** .5)
+    assert t.at["kl_cov", "delta_avg_suites_ci"] == pytest.approx(st.t.ppf(0.975, 2) * np.std(d, ddof=1) / 3**0.5)
     assert bool(t.at["kl_cov", "delta_avg_suites_paired"])
     md = render(lb, "md")
     assert "**+10.0 ± 2.5**" in md  # kl_cov's Δ excludes zero
