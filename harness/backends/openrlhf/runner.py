@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 
 from harness.backends.openrlhf.bridge import run_record
-from harness.backends.openrlhf.flags import build_plan
+from harness.backends.openrlhf.flags import as_dict, build_plan
 from harness.backends.openrlhf.launch import RUNNER_ENV, require_openrlhf
 from harness.records import RunResult
 
@@ -63,10 +63,11 @@ def check_math_data(config) -> None:
     """A local JSONL prompt set graded by the math reward must ask for the last ``\\boxed{}`` the reward reads and
     carry golds the grader verifies (``harness data check``): an unconverted set trains on all-zero rewards (with
     dynamic filtering every step is filtered away) for as long as the job runs. Refused before Ray starts."""
+    from harness.backends.openrlhf.options import parse_options
     from harness.data import check_training_file
 
-    opts = config.openrlhf
-    path = Path(config.task.name)
+    cfg = as_dict(config)  # a loaded Config or the plain dict build_plan also takes
+    opts, path = parse_options(cfg.get("openrlhf")), Path((cfg.get("task") or {}).get("name", ""))
     if opts.reward != "math" or path.suffix != ".jsonl" or not path.is_file():
         return
     check_training_file(path, input_key=opts.input_key, label_key=opts.label_key)
