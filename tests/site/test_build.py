@@ -161,11 +161,14 @@ def test_a_committed_results_folder_shows_its_csv_says_it_has_no_runs_and_keeps_
     assert len(rows) == len(csv) == 14
     for r in csv.itertuples():
         td = _cell(rows[r.model, r.method], "countdown")
-        assert td.text == f"{r.countdown_mean:.1f} (n=1)" and not td.find_all("a")  # no runs: no links
-        assert _cell(rows[r.model, r.method], "delta_avg_suites").text == f"{r.delta_avg_suites:+.1f}"
+        interval = f" ± {r.countdown_ci:.1f}" if r.countdown_n > 1 else ""
+        assert td.text == f"{r.countdown_mean:.1f}{interval} (n={r.countdown_n})" and not td.find_all("a")  # no runs
+        delta = _cell(rows[r.model, r.method], "delta_avg_suites")
+        assert delta.text.startswith(f"{r.delta_avg_suites:+.1f}")
+        assert (" ± " in delta.text) == (r.method != "grpo" and r.countdown_n > 1)  # the paired Δ carries its CI
     assert "not the runs behind them (runs/quickstart)" in page.find("p", cls="notice").text
     assert "Δ avg (suites) vs grpo" in page.text
-    assert any("n = 1" in li.text for li in page.find("ul", cls="notes").find_all("li"))
+    assert any("95% Student-t CI over seeds" in li.text for li in page.find("ul", cls="notes").find_all("li"))
     figs = sorted((site / "quickstart" / "figures").iterdir())
     assert [f.name for f in figs] == sorted(p.name for p in (ROOT / "results" / "quickstart").glob("*.png"))
     assert all(f.stat().st_size < 150_000 for f in figs)

@@ -8,8 +8,8 @@ import pytest
 
 from harness.config import load_config
 from harness.sweeps import expand, load_spec
-from harness.sweeps.spec import SpecError
 from harness.sweeps.resources import group_by_resources
+from harness.sweeps.spec import SpecError
 
 SWEEPS = Path(__file__).resolve().parents[2] / "sweeps"
 BASE = {"backend": "pocket", "method": {"name": "grpo"}, "model": {"name": "pocket-0.3m"}, "train": {"steps": 2}}
