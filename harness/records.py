@@ -13,6 +13,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from harness.metrics import edge_steps  # noqa: F401  (re-exported: the one start/end window)
+from harness.metrics import summarize as _summarize
+
 SCHEMA_VERSION = 1
 DATA_SUFFIXES = (".jsonl", ".json", ".parquet", ".csv")
 MODEL_SUITE_FILE = "harness_task.json"  # in an exported pocket model directory: the run's task as an eval suite
@@ -57,30 +60,11 @@ def read_model_run(model_dir) -> dict | None:
         raise ValueError(f"{path}: unreadable ({e})") from None
 
 
-def edge_steps(n_steps: int) -> int:
-    """Steps averaged at each end of a run: a tenth of the steps rounded down, at least one (15 steps -> 1,
-    25 -> 2). Rounding down keeps the ends apart in short runs and every pocket summary as it was."""
-    return max(1, n_steps // 10)
-
-
 def summarize_metrics(rows: Iterable[dict]) -> dict:
     """``entropy_start/end``, ``reward_start/end``: means of ``entropy`` and ``reward/mean`` over the first and
-    last ``edge_steps(N)`` of the N logged steps; a step without the value is skipped (never counted as 0)."""
-    rows = [r for r in rows if "step" in r]
-    if not rows:
-        return {}
-    n = edge_steps(len(rows))
-
-    def mean(key: str, part: list[dict]):
-        vals = [r[key] for r in part if isinstance(r.get(key), (int, float)) and not isinstance(r.get(key), bool)]
-        return sum(vals) / len(vals) if vals else None
-
-    return {
-        "entropy_start": mean("entropy", rows[:n]),
-        "entropy_end": mean("entropy", rows[-n:]),
-        "reward_start": mean("reward/mean", rows[:n]),
-        "reward_end": mean("reward/mean", rows[-n:]),
-    }
+    last ``edge_steps(N)`` of the N logged steps (harness/metrics.py: a tenth, at least 1, at most 5); a step
+    without the value is skipped (never counted as 0)."""
+    return _summarize(rows)
 
 
 def task_label(name: str | None) -> str | None:

@@ -38,6 +38,7 @@ from harness.io import (
     repair_jsonl,
     yaml_problem,
 )
+from harness.metrics import COMPLETED, FAILED, FINISHED, INSUFFICIENT_UPDATES, STEP, UPDATE_SKIPPED, summary_line
 from harness.records import SCHEMA_VERSION, RunResult, result_payload, task_label  # noqa: F401  (SCHEMA_VERSION re-exported)
 
 RUN_FILES = (
@@ -51,7 +52,6 @@ RUN_FILES = (
     "wandb",
     "openrlhf.log",
 )
-FINISHED = ("completed", "insufficient_updates")  # statuses of a run that is done (never retrained or retried)
 MIN_UPDATE_FRACTION = 0.5
 RUN_FILE_PATTERNS = ("openrlhf.task*.log",)  # one log per SLURM task of a multi-node OpenRLHF run
 
@@ -224,13 +224,13 @@ def write_result(run_dir: str | os.PathLike, payload: dict) -> Path:
 
 def count_updates(run_dir: Path, expected: int) -> dict:
     """``{made, expected}``: logged steps that updated the policy (a row with ``update/skipped`` made none)."""
-    rows = [r for r in read_jsonl(run_dir / "metrics.jsonl") if "step" in r]
-    made = sum(1 for r in rows if not r.get("update/skipped"))
+    rows = [r for r in read_jsonl(run_dir / "metrics.jsonl") if STEP in r]
+    made = sum(1 for r in rows if not r.get(UPDATE_SKIPPED))
     return {"made": made, "expected": int(expected)}
 
 
 def finished_status(updates: dict) -> str:
-    return "insufficient_updates" if updates["made"] < MIN_UPDATE_FRACTION * updates["expected"] else "completed"
+    return INSUFFICIENT_UPDATES if updates["made"] < MIN_UPDATE_FRACTION * updates["expected"] else COMPLETED
 
 
 def task_datasets(cfg: RunConfig) -> list[dict]:
@@ -288,7 +288,7 @@ def _run_locked(cfg: RunConfig, run_dir: Path, force: bool, quiet: bool) -> dict
             "traceback": traceback.format_exc()[-4000:],
         }
         try:
-            write_result(run_dir, payload("failed", failed))
+            write_result(run_dir, payload(FAILED, failed))
         except (OSError, ValueError) as write_error:  # e.g. the disk is still full: the run's own error matters
             log(f"warning: could not record the failure in result.json ({write_error})")
         raise
@@ -296,14 +296,10 @@ def _run_locked(cfg: RunConfig, run_dir: Path, force: bool, quiet: bool) -> dict
     fields["updates"] = updates = count_updates(run_dir, cfg.train.steps)
     result = payload(finished_status(updates), fields)
     write_result(run_dir, result)
-    if result["status"] != "completed":
+    if result["status"] != COMPLETED:
         log(
             f"warning: only {updates['made']} of {updates['expected']} steps updated the policy (every group was "
             f"filtered or skipped); status {result['status']}: tables flag this run and never rank it"
         )
-    s = result.get("summary", {})
-    log(
-        f"done: entropy {s.get('entropy_start')} -> {s.get('entropy_end')}, reward {s.get('reward_start')} -> "
-        f"{s.get('reward_end')}; {run_dir / 'result.json'}"
-    )
+    log(f"done: {summary_line(result.get('summary'))}; {run_dir / 'result.json'}")
     return result

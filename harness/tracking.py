@@ -34,6 +34,8 @@ import secrets
 import time
 from pathlib import Path
 
+from harness.metrics import STEP, eval_key
+
 TRACKERS_FILE = "trackers.jsonl"
 TB_DIR = "tensorboard"
 CHECKPOINT_KEY = "tracker"  # what a backend stores in its checkpoint (``Trackers.checkpoint_state``)
@@ -77,7 +79,7 @@ def final_metrics(result) -> dict[str, float]:
     for suite, res in ((fields.get("eval") or {}).get("suites") or {}).items():
         for k, v in (res.get("metrics") or {}).items():
             if _number(v):
-                out[f"final/eval/{suite}/{k}"] = float(v)
+                out[f"final/{eval_key(suite, k)}"] = float(v)
     for k in ("steps", "model_params"):
         if _number(fields.get(k)):
             out[f"final/{k}"] = float(fields[k])
@@ -118,7 +120,7 @@ def _number(v) -> bool:
 
 
 def _scalars(row: dict):
-    return {k: v for k, v in row.items() if k != "step" and _number(v)}
+    return {k: v for k, v in row.items() if k != STEP and _number(v)}
 
 
 # ------------------------------------------------------------------------------------------------ sinks
@@ -250,7 +252,7 @@ class Trackers:
         """An eval document (``{"step", "suites"}``) as ``eval/<suite>/<metric>`` at its step."""
         if not doc or not self.sinks:
             return
-        row = {f"eval/{s}/{k}": v for s, r in doc.get("suites", {}).items() for k, v in r.get("metrics", {}).items()}
+        row = {eval_key(s, k): v for s, r in doc.get("suites", {}).items() for k, v in r.get("metrics", {}).items()}
         self.log(row, int(doc.get("step", 0)))
 
     def finish(self, cfg, result, step: int) -> None:

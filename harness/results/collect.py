@@ -31,7 +31,9 @@ from pathlib import Path
 import pandas as pd
 import yaml
 
-FINISHED = ("completed", "insufficient_updates")  # runs whose results are read; the second is shown flagged
+from harness.metrics import COMPLETED, FAILED, FINISHED, INSUFFICIENT_UPDATES, STEP
+from harness.records import task_label
+
 RUN_MARKERS = ("result.json", "metrics.jsonl", "config.yaml", "results.json")
 EVAL_ONLY = "results.json"  # `harness eval --out DIR` writes DIR/results.json: a model scored without training
 PROTOCOL_KEYS = ("n_problems", "n_samples", "temperature", "top_p", "max_tokens")
@@ -51,7 +53,7 @@ class Collection:
 
     @property
     def completed(self) -> pd.DataFrame:
-        return self.runs[self.runs["status"] == "completed"]
+        return self.runs[self.runs["status"] == COMPLETED]
 
     @property
     def not_completed(self) -> pd.DataFrame:
@@ -139,7 +141,7 @@ def read_metrics(path: Path) -> list[dict]:
 
 def _finish_rank(status: str) -> int:
     """Which copy of a run id is read: the most finished (completed, then insufficient_updates, failed, the rest)."""
-    return {"completed": 0, "insufficient_updates": 1, "failed": 2}.get(status, 3)
+    return {COMPLETED: 0, INSUFFICIENT_UPDATES: 1, FAILED: 2}.get(status, 3)
 
 
 def _why(e: Exception) -> str:
@@ -192,7 +194,7 @@ def _eval_only_result(run_dir: Path) -> dict | None:
         return None
     model = str(obj.get("model") or run_dir.name).rstrip("/")
     out = {
-        "status": "completed",
+        "status": COMPLETED,
         "method": "eval-only",
         "model": Path(model).name if "/" in model and Path(model).exists() else model,
         "eval": {"step": 0, "suites": obj["suites"]},
@@ -247,7 +249,7 @@ def _run_info(run_dir: Path) -> dict:
     return {
         "run_dir": str(run_dir),
         "run_id": src.get("run_id"),
-        "status": str(src.get("status", "completed")) if result else "missing",
+        "status": str(src.get("status", COMPLETED)) if result else "missing",
         "detail": _detail(run_dir, result),
         "backend": src.get("backend") or _name(cfg.get("backend")),
         "method": method,
@@ -256,7 +258,7 @@ def _run_info(run_dir: Path) -> dict:
         "settings": json.dumps(settings, sort_keys=True, default=str),
         "model": src.get("model") or _name(cfg.get("model")),
         "model_params": src.get("model_params"),
-        "task": src.get("task") or (Path(_name(cfg.get("task"))).stem if _name(cfg.get("task")) else None),
+        "task": src.get("task") or task_label(_name(cfg.get("task"))),
         "seed": src.get("seed", cfg.get("seed")),
         "steps": src.get("steps"),
         "wall_time_s": src.get("wall_time_s"),
@@ -273,8 +275,8 @@ def _detail(run_dir: Path, result: dict | None) -> str:
         if (run_dir / "job_error.json").is_file():
             return "no result.json; job_error.json present"
         return "no result.json" + ("" if (run_dir / "metrics.jsonl").is_file() else ", no metrics yet")
-    status = str(result.get("status", "completed"))
-    return "" if status == "completed" else f"status {status}" + (f": {result['error']}" if result.get("error") else "")
+    status = str(result.get("status", COMPLETED))
+    return "" if status == COMPLETED else f"status {status}" + (f": {result['error']}" if result.get("error") else "")
 
 
 def method_label(method: str | None, advantage: str | None) -> str:
@@ -460,9 +462,9 @@ def collect(paths: Iterable[str | Path]) -> Collection:
 
     metrics = pd.DataFrame(metric_rows)
     if metrics.empty:
-        metrics = pd.DataFrame(columns=["run_dir", "step"])
-    elif "step" not in metrics:
-        metrics["step"] = metrics.groupby("run_dir").cumcount()
+        metrics = pd.DataFrame(columns=["run_dir", STEP])
+    elif STEP not in metrics:
+        metrics[STEP] = metrics.groupby("run_dir").cumcount()
     metrics = metrics.merge(ident, on="run_dir", how="left")
     for c in metrics.columns:
         if c not in ident.columns and metrics[c].dtype == object:

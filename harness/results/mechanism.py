@@ -7,14 +7,17 @@ Definitions (what differs from the paper is said here):
   of all responses generated at the step, before dynamic filtering drops groups (without filtering it equals
   ``entropy``; with filtering ``entropy`` covers only the kept mixed-reward groups, a subset that changes from step
   to step) — else ``entropy``. Every analysis below uses this one key.
-* start / end entropy of a run: mean H over its first / last ``WINDOW`` logged steps (the paper reads
-  single points of smoothed curves); ``grpo_entropy_ratio`` = end / start of the baseline's runs, mean ± 95% CI
-  over seeds. ``collapsed`` = ratio ≤ 0.1 and the held-out gain in the last third (``late_gain``, T·2/3 → T) below
-  10% of the total gain (``total_gain``, step 0 → T), both seed means — the criterion of issue #11.
+* start / end entropy of a run: mean H over its first / last ``edge_steps(N)`` of its N logged steps
+  (harness/metrics.py, the one window of result.json's summary and the leaderboard: N // 10, at least 1, at most 5;
+  5 = ``WINDOW``, the registered window, for every run of 50 or more steps; the paper reads single points of
+  smoothed curves); a run needs ``MIN_STEPS`` logged steps; ``grpo_entropy_ratio`` = end / start of the
+  baseline's runs, mean ± 95% CI over seeds. ``collapsed`` = ratio ≤ 0.1 and the held-out gain in the last third
+  (``late_gain``, T·2/3 → T) below 10% of the total gain (``total_gain``, step 0 → T), both seed means — the
+  criterion of issue #11.
   ``late_gain_fraction`` is the per-seed ratio's mean, reported only: a seed whose total gain is near zero or
   negative makes that ratio meaningless (its sign flips), which is why the criterion compares means.
 * ``early_fraction``: of the baseline's entropy drop (start → end) and held-out gain (step-0 eval → last eval), the
-  part realised by step T/3 (entropy: mean of the ``WINDOW`` steps ending at T/3; score: linear interpolation
+  part realised by step T/3 (entropy: mean of the ``edge_steps(N)`` steps ending at T/3; score: linear interpolation
   of the eval curve at T/3), per seed, then mean ± CI. Paper: 94% of the drop, > 93% of the gain.
 * ``law``: R = -a·exp(H) + b by least squares on the pooled (entropy, held-out score) points of the GRPO-family
   runs (``LAW_FAMILY``) of one size, all seeds (an eval at step t pairs with the entropy logged at step t+1,
@@ -86,13 +89,16 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from harness.metrics import EDGE_MAX, edge_steps
+
 from . import stats
 from .collect import Collection
 from .fit import fit_entropy_law, fit_size_trend, ols_line
 from .mechanism_verdicts import Check, Claim, decide, verdict_markdown
 from .points import ENTROPY_KEY, GENERATED_KEY, UPDATE_DELTA_KEY, resolve_score_key, run_points, score_series
 
-WINDOW = 5
+WINDOW = EDGE_MAX  # docs/mechanism_prereg.md registers 5: edge_steps(N) of every run of N >= 50 logged steps
+MIN_STEPS = 2 * EDGE_MAX  # logged entropy steps a run needs to be analysed
 LAW_FAMILY = ("grpo", "rloo", "prime")
 COV_GROUPS = ["cov/top_0.02pct", "cov/top_0.2pct", "cov/top_2pct", "cov/top_20pct", "cov/top_50pct", "cov/mean"]
 COV_FORMS = ("cov/term", "cov/vanilla", "cov/first_order")  # natural-gradient, plain-gradient, exact first order
@@ -176,8 +182,9 @@ def _run_summaries(col: Collection, done: pd.DataFrame, score_key: str, entropy_
         h = m[m["run_dir"] == r.run_dir].dropna(subset=[entropy_key]).sort_values("step")
         h = h.assign(entropy=h[entropy_key])
         s = scores[scores["run_dir"] == r.run_dir].sort_values("step")
-        if len(h) < 2 * WINDOW or s.empty:
+        if len(h) < MIN_STEPS or s.empty:
             continue
+        w = edge_steps(len(h))
         steps = int(h["step"].max())
         third = steps / 3
         upto = h[h["step"] <= third]
@@ -191,9 +198,9 @@ def _run_summaries(col: Collection, done: pd.DataFrame, score_key: str, entropy_
                 "label": r.label,
                 "seed": r.seed,
                 "steps": steps,
-                "h_start": float(h["entropy"].head(WINDOW).mean()),
-                "h_end": float(h["entropy"].tail(WINDOW).mean()),
-                "h_third": float(upto["entropy"].tail(WINDOW).mean()) if len(upto) else math.nan,
+                "h_start": float(h["entropy"].head(w).mean()),
+                "h_end": float(h["entropy"].tail(w).mean()),
+                "h_third": float(upto["entropy"].tail(w).mean()) if len(upto) else math.nan,
                 "h_last": float(h["entropy"].iloc[-1]),
                 "s_first": float(s["score"].iloc[0]),
                 "s_end": float(s["score"].iloc[-1]),
@@ -204,7 +211,7 @@ def _run_summaries(col: Collection, done: pd.DataFrame, score_key: str, entropy_
         )
     if not rows:
         raise ValueError(
-            f"no completed run has at least {2 * WINDOW} logged entropy steps and a {score_key!r} "
+            f"no completed run has at least {MIN_STEPS} logged entropy steps and a {score_key!r} "
             "score; nothing to analyse"
         )
     return pd.DataFrame(rows)

@@ -12,30 +12,31 @@ from pathlib import Path
 
 import pandas as pd
 
-from .collect import Collection
+from harness.metrics import COMPLETED, EVAL_PREFIX, eval_key
+from harness.metrics import ENTROPY as ENTROPY_KEY
+from harness.metrics import ENTROPY_GENERATED as GENERATED_KEY  # noqa: F401  (re-exported)
+from harness.metrics import ENTROPY_UPDATE_DELTA as UPDATE_DELTA_KEY  # noqa: F401  (re-exported)
+from harness.metrics import REWARD_MEAN as REWARD_KEY
 
-REWARD_KEY = "reward/mean"
-ENTROPY_KEY = "entropy"
-GENERATED_KEY = "entropy/generated"  # every response generated at the step, before dynamic filtering
-UPDATE_DELTA_KEY = "entropy/update_delta"  # the step's update's entropy change on the trained batch
+from .collect import Collection
 
 
 def resolve_score_key(col: Collection, score_key: str = "auto") -> str:
     """The metrics column to use as the score R (see the module docstring)."""
     cols = set(col.metrics.columns)
     ev = col.evals.dropna(subset=["metric"])
-    in_evals = {f"eval/{s}/{m}" for s, m in zip(ev["suite"], ev["metric"])}
+    in_evals = {eval_key(s, m) for s, m in zip(ev["suite"], ev["metric"])}
     if score_key != "auto":
         if score_key not in cols and score_key not in in_evals:
             known = sorted(c for c in cols if "/" in c or c == ENTROPY_KEY)
             raise ValueError(f"score key {score_key!r} is not in any metrics.jsonl; keys present: {', '.join(known)}")
         return score_key
     for suite, metric in sorted(set(zip(ev["suite"], ev["metric"]))):
-        key = f"eval/{suite}/{metric}"  # a validation curve: at least 3 eval steps in some run
+        key = eval_key(suite, metric)  # a validation curve: at least 3 eval steps in some run
         series = score_series(col, key, include_incomplete=True)
         if not series.empty and series.groupby("run_dir").size().max() >= 3:
             return key
-    evals_logged = sorted(c for c in cols if c.startswith("eval/") and col.metrics[c].notna().any())
+    evals_logged = sorted(c for c in cols if c.startswith(EVAL_PREFIX) and col.metrics[c].notna().any())
     if evals_logged:
         return evals_logged[0]
     if REWARD_KEY in cols:
@@ -53,10 +54,10 @@ def score_series(col: Collection, score_key: str, include_incomplete: bool = Fal
     parts = []
     if score_key in m.columns:
         parts.append(m[["run_dir", "step", score_key]].rename(columns={score_key: "score"}))
-    elif not score_key.startswith("eval/"):
+    elif not score_key.startswith(EVAL_PREFIX):
         raise ValueError(f"score key {score_key!r} is not in any metrics.jsonl")
-    if score_key.startswith("eval/") and score_key.count("/") >= 2:
-        suite, metric = score_key[len("eval/") :].rsplit("/", 1)
+    if score_key.startswith(EVAL_PREFIX) and score_key.count("/") >= 2:
+        suite, metric = score_key[len(EVAL_PREFIX) :].rsplit("/", 1)
         ev = col.evals[(col.evals["suite"] == suite) & (col.evals["metric"] == metric)]
         parts.append(ev[["run_dir", "step", "value"]].rename(columns={"value": "score"}))
     if not parts:
@@ -65,7 +66,7 @@ def score_series(col: Collection, score_key: str, include_incomplete: bool = Fal
     scores = scores.drop_duplicates(["run_dir", "step"], keep="first")
     scores = scores.merge(col.runs[_IDENT], on="run_dir", how="left")
     if not include_incomplete:
-        scores = scores[scores["status"] == "completed"]
+        scores = scores[scores["status"] == COMPLETED]
     return scores.sort_values(["run_dir", "step"]).reset_index(drop=True)
 
 
@@ -83,7 +84,7 @@ def run_points(
         raise ValueError(f"entropy key {entropy_key!r} is not in any metrics.jsonl")
     scores = score_series(col, score_key, include_incomplete)
     ent = m[["run_dir", "step", entropy_key]].rename(columns={entropy_key: "entropy"}).dropna()
-    if score_key.startswith("eval/"):
+    if score_key.startswith(EVAL_PREFIX):
         ent = ent.assign(step=ent["step"] - 1)  # entropy of the policy after step-1 updates
     pts = scores.merge(ent, on=["run_dir", "step"], how="inner")
     return pts.sort_values(["run_dir", "step"]).reset_index(drop=True)

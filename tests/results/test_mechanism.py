@@ -11,9 +11,11 @@ import pytest
 
 from harness.cli import main
 from harness.results.collect import collect
-from harness.results.mechanism import WINDOW, analyse
+from harness.metrics import edge_steps
+from harness.results.mechanism import analyse
 
 A, B, H0, DECAY, STEPS = 0.3, 0.9, 1.0, 0.05, 30
+WINDOW = edge_steps(STEPS)  # the start / end window of a 30-step run: 3 steps (harness/metrics.py)
 
 
 def _h(t, h0=H0):

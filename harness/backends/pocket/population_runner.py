@@ -16,6 +16,7 @@ from contextlib import ExitStack
 from pathlib import Path
 
 from harness import provenance
+from harness.metrics import FAILED, summary_line
 from harness.records import RunResult, result_payload
 from harness.runner import (
     RunLog,
@@ -102,16 +103,12 @@ def _finish(cfg, run_dir: Path, backend, record, log, wall_s: float):
             "error": f"{type(error).__name__}: {error}",
             "traceback": getattr(error, "population_traceback", "")[-4000:],
         }
-        write_result(run_dir, payload("failed", failed))
+        write_result(run_dir, payload(FAILED, failed))
         log(f"failed: {type(error).__name__}: {error}")
         return error
     fields["provenance"] = provenance.collect(datasets=fields.pop("datasets", None) or task_datasets(cfg))
     fields["updates"] = updates = count_updates(run_dir, cfg.train.steps)
     result = payload(finished_status(updates), fields)
     write_result(run_dir, result)
-    s = result.get("summary", {})
-    log(
-        f"done: entropy {s.get('entropy_start')} -> {s.get('entropy_end')}, reward {s.get('reward_start')} -> "
-        f"{s.get('reward_end')}; {run_dir / 'result.json'}"
-    )
+    log(f"done: {summary_line(result.get('summary'))}; {run_dir / 'result.json'}")
     return result

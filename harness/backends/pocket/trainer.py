@@ -40,6 +40,18 @@ from harness.io import (
     signals_interrupt,
     write_jsonl,
 )
+from harness.metrics import (
+    ENTROPY,
+    ENTROPY_AFTER_UPDATE,
+    ENTROPY_DELTA,
+    ENTROPY_GENERATED,
+    ENTROPY_UPDATE_DELTA,
+    RESPONSE_LENGTH,
+    REWARD_MEAN,
+    STEP,
+    UPDATE_SKIPPED,
+    eval_key,
+)
 from harness.records import RunResult, SuiteResult, summarize_metrics, task_label
 from harness.tracking import CHECKPOINT_KEY, Trackers
 
@@ -157,7 +169,7 @@ def entropy_change(ent_after: torch.Tensor, mask: torch.Tensor, before: torch.Te
     """``entropy/after_update`` (the official metric of the trained batch with the updated weights) and
     ``entropy/update_delta`` (minus the per-response entropy ``before`` the update)."""
     after = ops.masked_mean(ent_after, mask, dim=-1)
-    return {"entropy/after_update": float(after.mean()), "entropy/update_delta": float((after - before).mean())}
+    return {ENTROPY_AFTER_UPDATE: float(after.mean()), ENTROPY_UPDATE_DELTA: float((after - before).mean())}
 
 
 def peak_rss_mb() -> float:
@@ -274,7 +286,7 @@ def add_eval(row: dict, doc: dict) -> None:
     """An eval document's metrics into a metrics row as ``eval/<suite>/<metric>``."""
     for suite, res in doc["suites"].items():
         for mk, mv in res["metrics"].items():
-            row[f"eval/{suite}/{mk}"] = mv
+            row[eval_key(suite, mk)] = mv
 
 
 class PocketTrainer:
@@ -422,8 +434,8 @@ class PocketTrainer:
         else:
             last: dict[int, dict] = {}
             for r in rows:
-                if isinstance(r.get("step"), int) and 0 < r["step"] <= self.start_step:
-                    last[r["step"]] = r  # a repeated step (older runs): its latest row
+                if isinstance(r.get(STEP), int) and 0 < r[STEP] <= self.start_step:
+                    last[r[STEP]] = r  # a repeated step (older runs): its latest row
             want = [last[k] for k in sorted(last)]
             have = set(last)
             lost = [k for k in range(1, self.start_step + 1) if k not in have]
@@ -437,7 +449,7 @@ class PocketTrainer:
                 f"warning: {mpath} line(s) {', '.join(map(str, bad[:8]))} are not JSON rows; dropped (every step "
                 f"up to the checkpoint keeps its row, later steps are trained again)"
             )
-        dropped = sum(1 for r in rows if not isinstance(r.get("step"), int) or r["step"] > self.start_step)
+        dropped = sum(1 for r in rows if not isinstance(r.get(STEP), int) or r[STEP] > self.start_step)
         if dropped:
             self.log(f"{mpath}: {dropped} row(s) after step {self.start_step} dropped: those steps are trained again")
         if rows != want or bad:
@@ -507,12 +519,12 @@ class PocketTrainer:
                 break
         gen_scores = torch.cat(all_scores)
         out = {
-            "reward/mean": float(gen_scores.mean()),
+            REWARD_MEAN: float(gen_scores.mean()),
             "rollout/batches": len(all_scores),
             "rollout/kept_groups": kept_groups,
         }
         if gen_entropy:  # the official entropy (T=1, token mean per response, mean over responses) of all generated
-            out["entropy/generated"] = float(torch.cat(gen_entropy).mean())
+            out[ENTROPY_GENERATED] = float(torch.cat(gen_entropy).mean())
         if cfg.dynamic_filtering:
             out["filter/kept_frac"] = kept_groups / (want * len(all_scores))
         if not kept_batches:
@@ -580,7 +592,7 @@ class PocketTrainer:
         t0 = time.time()
         metrics["lr"] = self.opt.param_groups[0]["lr"]
         if batch is None:  # every group filtered out: nothing to learn from this step
-            metrics["update/skipped"] = 1
+            metrics[UPDATE_SKIPPED] = 1
             self.timing["update_s"] += time.time() - t0
             return metrics
         mask = batch.mask
@@ -610,13 +622,13 @@ class PocketTrainer:
         """The official entropy metric (and its change since the last step), the rollout's mean negative log-prob
         and response length into ``metrics``; returns the per-response entropy."""
         per_resp = ops.masked_mean(ent, mask, dim=-1)
-        metrics["entropy"] = float(per_resp.mean())
+        metrics[ENTROPY] = float(per_resp.mean())
         metrics["entropy/rollout_token_mean"] = float(ops.masked_mean(ent, mask))
         metrics["rollout/neg_logprob"] = float(-ops.masked_mean(old_lp, mask))
         if self.prev_entropy is not None:
-            metrics["entropy/delta"] = metrics["entropy"] - self.prev_entropy
-        self.prev_entropy = metrics["entropy"]
-        metrics["response/length"] = float(mask.sum(-1).mean())
+            metrics[ENTROPY_DELTA] = metrics[ENTROPY] - self.prev_entropy
+        self.prev_entropy = metrics[ENTROPY]
+        metrics[RESPONSE_LENGTH] = float(mask.sum(-1).mean())
         return per_resp
 
     @staticmethod
@@ -782,7 +794,7 @@ class PocketTrainer:
                     if self.stop:
                         raise StopRequested(self.stop["stop"])
                     t0, before = time.time(), dict(self.timing)
-                    row = {"step": step + 1}
+                    row = {STEP: step + 1}
                     row.update(self.train_step(step + 1))
                     step += 1
                     for key in ("rollout", "score", "update"):
