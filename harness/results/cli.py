@@ -8,6 +8,8 @@ import sys
 import warnings
 from pathlib import Path
 
+from harness.metrics import ENTROPY, EVAL_PREFIX
+
 FORMATS = ("csv", "html", "md", "tex")  # = harness.results.table.FORMATS (tests/results pins it); no pandas at --help
 
 
@@ -124,7 +126,7 @@ def register(sub) -> None:
         default="auto",
         help="runs: score key, auto (eval/<suite>/<metric> if logged, else reward/mean) or any key",
     )
-    f.add_argument("--entropy-key", default="entropy", help="runs: entropy key in metrics.jsonl")
+    f.add_argument("--entropy-key", default=ENTROPY, help="runs: entropy key in metrics.jsonl")
     f.add_argument("--by", choices=["run", "model"], default="run", help="runs: one fit per run or per model")
     f.add_argument("--fit-fraction", type=float, default=None, help="fit on the first F (0<F<1) of the points")
     f.add_argument(
@@ -305,7 +307,7 @@ def cmd_fit(args) -> int:
                     f" (the score is {key!r}, logged on eval steps only; --score-key reward/mean uses every step, "
                     "--by model pools the runs of a model)"
                 )
-                if key.startswith("eval/")
+                if key.startswith(EVAL_PREFIX)
                 else ""
             )
             raise ValueError(f"{e}{hint}") from None

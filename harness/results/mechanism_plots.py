@@ -6,6 +6,8 @@ from pathlib import Path
 
 import numpy as np
 
+from harness.metrics import COMPLETED
+
 from .plots import NoData, _save, method_palette, plot_entropy_change, plt
 
 
@@ -17,7 +19,7 @@ def _panels(n: int):
 def plot_mechanism(col, res: dict, out_dir: Path, formats=("png",)) -> list[Path]:
     written: list[Path] = []
     sizes = list(res["sizes"])
-    m = col.metrics[col.metrics["status"] == "completed"]
+    m = col.metrics[col.metrics["status"] == COMPLETED]
     order, palette = method_palette(m["label"].astype(str))
     fig, axes = _panels(len(sizes))
     for ax, size in zip(axes, sizes):
@@ -65,7 +67,7 @@ def plot_mechanism(col, res: dict, out_dir: Path, formats=("png",)) -> list[Path
     except NoData:
         pass
 
-    from .table import METHOD_ORDER
+    from harness.metrics import METHOD_ORDER
 
     methods = [m for m in METHOD_ORDER if m in res["methods"]] + sorted(set(res["methods"]) - set(METHOD_ORDER))
     if methods:

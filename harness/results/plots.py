@@ -19,10 +19,11 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 import seaborn as sns  # noqa: E402
 
+from harness.metrics import COMPLETED, ENTROPY, EVAL_PREFIX, REWARD_MEAN, method_rank  # noqa: E402
+
 from .collect import Collection  # noqa: E402
 from .fit import fit_groups, fit_size_trend  # noqa: E402
 from .points import run_points, score_series  # noqa: E402
-from .table import METHOD_ORDER  # noqa: E402
 
 COV_GROUPS = [
     ("cov/top_0.02pct", "top 0.02%"),
@@ -43,7 +44,7 @@ def method_palette(labels) -> tuple[list[str], dict]:
 
     def key(m):
         base = str(m).split("+")[0].split("(")[0]
-        return (METHOD_ORDER.index(base) if base in METHOD_ORDER else len(METHOD_ORDER), str(m))
+        return (method_rank(base), str(m))
 
     order = sorted(set(labels), key=key)
     colors = sns.color_palette("tab10" if len(order) <= 10 else "husl", len(order))
@@ -65,7 +66,7 @@ def _save(fig, out_dir: Path, name: str, formats=("png", "pdf")) -> list[Path]:
 
 def _completed(col: Collection, include_incomplete: bool) -> pd.DataFrame:
     m = col.metrics
-    return m if include_incomplete else m[m["status"] == "completed"]
+    return m if include_incomplete else m[m["status"] == COMPLETED]
 
 
 def _curve(m: pd.DataFrame, key: str, ylabel: str, title: str, out_dir: Path, name: str, formats) -> list[Path]:
@@ -96,7 +97,7 @@ def _curve(m: pd.DataFrame, key: str, ylabel: str, title: str, out_dir: Path, na
 def plot_entropy(col, out_dir, include_incomplete=False, formats=("png", "pdf")):
     return _curve(
         _completed(col, include_incomplete),
-        "entropy",
+        ENTROPY,
         "policy entropy (nats/token)",
         "Entropy vs step per method",
         Path(out_dir),
@@ -108,7 +109,7 @@ def plot_entropy(col, out_dir, include_incomplete=False, formats=("png", "pdf"))
 def plot_reward(col, out_dir, include_incomplete=False, formats=("png", "pdf")):
     return _curve(
         _completed(col, include_incomplete),
-        "reward/mean",
+        REWARD_MEAN,
         "training reward (mean)",
         "Reward vs step per method",
         Path(out_dir),
@@ -119,7 +120,7 @@ def plot_reward(col, out_dir, include_incomplete=False, formats=("png", "pdf")):
 
 def plot_score(col, out_dir, score_key, include_incomplete=False, formats=("png", "pdf")):
     """The validation score over training, including the eval before the first update (step 0)."""
-    if not score_key.startswith("eval/"):
+    if not score_key.startswith(EVAL_PREFIX):
         raise NoData(f"score_vs_step: score key {score_key!r} is not a validation score")
     s = score_series(col, score_key, include_incomplete).rename(columns={"score": score_key})
     return _curve(s, score_key, score_key, "Validation score vs step", Path(out_dir), "score_vs_step", formats)
@@ -194,7 +195,7 @@ def plot_cov_distribution(col, out_dir, include_incomplete=False, formats=("png"
     return _save(fig, Path(out_dir), "cov_distribution", formats)
 
 
-def entropy_change_pairs(m: pd.DataFrame, entropy_key: str = "entropy", delta_key: str | None = None) -> pd.DataFrame:
+def entropy_change_pairs(m: pd.DataFrame, entropy_key: str = ENTROPY, delta_key: str | None = None) -> pd.DataFrame:
     """Pair each step's covariance term with the entropy change its update caused (column ``delta_h``).
 
     With ``delta_key`` (``entropy/update_delta``: the trained batch re-measured after the step's updates) the change
@@ -230,7 +231,7 @@ def plot_entropy_change(
     out_dir,
     include_incomplete=False,
     formats=("png", "pdf"),
-    entropy_key="entropy",
+    entropy_key=ENTROPY,
     delta_key=None,
     name="entropy_change_vs_cov",
 ):

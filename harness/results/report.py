@@ -6,6 +6,8 @@ import json
 import warnings
 from pathlib import Path
 
+from harness.metrics import ENTROPY
+
 from .collect import collect
 from .fit import fit_groups
 from .plots import plot_all
@@ -64,7 +66,7 @@ def write_sweep_report(
         written += figs
         try:
             fits = fit_groups(run_points(col, key), by="model")
-            law = {"score_key": key, "entropy_key": "entropy", "fits": [f.to_dict() for f in fits]}
+            law = {"score_key": key, "entropy_key": ENTROPY, "fits": [f.to_dict() for f in fits]}
             written.append(_write(out_dir / "entropy_law.json", json.dumps(law, indent=2) + "\n"))
         except ValueError as e:
             skipped.append(f"entropy_law.json: {e}")

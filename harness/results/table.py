@@ -19,6 +19,11 @@ A run's average is missing (never partial) when it lacks a suite that other runs
 Results of one suite under different protocols (metric, n, temperature, top_p, max_tokens) are refused, or
 with ``allow_mixed_protocols`` shown as separate columns and flagged.
 
+Entropy: two more columns, ``H start`` and ``H end``: each run's policy entropy (metrics.jsonl ``entropy``) averaged
+over its first / last ``edge_steps(N)`` of N logged steps (harness/metrics.py: N // 10, at least 1, at most 5; the
+window of result.json's summary and of ``harness mechanism``), then mean ± 95% CI over seeds. They describe a row;
+they are never ranked, bolded or compared.
+
 Provenance (harness/provenance.py): runs pooled into one row must have read the same data: a dataset name with
 two sha256 values among a row's runs is refused, or with ``allow_mixed_data`` pooled and flagged. Runs written
 before provenance was recorded pool as before, named in a note. ``provenance=True`` adds a column: the short git
@@ -37,16 +42,28 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from harness.metrics import (
+    ENTROPY_END,
+    ENTROPY_START,
+    FINISHED,
+    INSUFFICIENT_UPDATES,
+    STEP,
+    SUMMARY_KEYS,  # noqa: F401  (METHOD_ORDER re-exported: plots, the site)
+    edge_means,
+    method_rank,
+)
+
 from . import stats
 from .collect import Collection, final_evals
 from .reference import PAPER_DISPLAY, PAPER_SUITES, canonical_suite, load_protocol, load_reference
 
 SCALE = 100.0  # eval metrics are fractions; tables show percent (the paper's unit)
 AVG_COLS = ["avg_suites", "avg_samples"]
-METHOD_ORDER = ["grpo", "rloo", "prime", "entropy_bonus", "clip_higher", "clip_cov", "kl_cov"]  # the paper's order
 AVG_TITLES = {"avg_suites": "avg (suites)", "avg_samples": "avg (samples)"}
 DELTA_TITLES = {"avg_suites": "Δ avg (suites)", "avg_samples": "Δ avg (samples)"}
-FLAG_INSUFFICIENT = "insufficient_updates"
+FLAG_INSUFFICIENT = INSUFFICIENT_UPDATES
+ENTROPY_COLS = [ENTROPY_START, ENTROPY_END]  # per run: the one start / end window of harness/metrics.py
+ENTROPY_TITLES = {ENTROPY_START: "H start", ENTROPY_END: "H end"}
 BLOCK = ["source", "model", "task", "setting"]
 
 
@@ -60,6 +77,7 @@ class Leaderboard:
     baseline: str | None = None
     show_setting: bool = False
     show_provenance: bool = False
+    show_entropy: bool = False  # the H start / H end columns (some run row has an entropy)
 
 
 def run_scores(col: Collection, allow_mixed_protocols: bool = False) -> tuple[pd.DataFrame, list[str]]:
@@ -104,6 +122,29 @@ def _run_averages(ev: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(out)
 
 
+def run_summary(col: Collection) -> pd.DataFrame:
+    """Per finished run (index ``run_dir``): result.json's summary recomputed from its metrics.jsonl rows in file
+    order: ``entropy_start/end`` and ``reward_start/end``, the means over the first / last ``edge_steps(N)`` of its
+    N logged steps (harness/metrics.py); NaN where the run logged no such value."""
+    m = col.metrics
+    m = m[m["status"].isin(FINISHED) & m[STEP].notna()] if STEP in m.columns and "status" in m.columns else m.iloc[:0]
+    cols = [k for pair in SUMMARY_KEYS.values() for k in pair]
+    out = {}
+    for run_dir, grp in m.groupby("run_dir", sort=False):
+        row = {}
+        for key, (start, end) in SUMMARY_KEYS.items():
+            vals = [None if pd.isna(v) else float(v) for v in grp[key]] if key in grp else [None] * len(grp)
+            first, last = edge_means(vals)
+            row[start], row[end] = (math.nan if v is None else v for v in (first, last))
+        out[run_dir] = row
+    return pd.DataFrame.from_dict(out, orient="index", columns=cols, dtype=float)
+
+
+def run_entropy(col: Collection) -> pd.DataFrame:
+    """Per finished run: ``entropy_start`` / ``entropy_end`` of :func:`run_summary`."""
+    return run_summary(col)[ENTROPY_COLS]
+
+
 def _seed(s) -> str:
     return str(int(s)) if isinstance(s, float) and s.is_integer() else str(s)
 
@@ -138,7 +179,7 @@ def build_leaderboard(
             )
         avgs = _run_averages(ev)
         per_run = ev.pivot_table(index="run_dir", columns="column", values="value", aggfunc="first")
-        per_run = per_run.join(avgs.set_index("run_dir"))
+        per_run = per_run.join(avgs.set_index("run_dir")).join(run_entropy(col))
         ident = col.runs.set_index("run_dir")[
             ["model", "model_params", "task", "setting", "label", "seed", "status", *PROVENANCE_COLS]
         ]
@@ -171,7 +212,7 @@ def build_leaderboard(
                     for c in suite_cols + AVG_COLS
                 },
             }
-            for c in suite_cols + AVG_COLS:
+            for c in suite_cols + AVG_COLS + ENTROPY_COLS:
                 row[f"{c}_mean"], row[f"{c}_ci"], row[f"{c}_std"], row[f"{c}_n"] = _stats(grp[c])
             rows.append(row)
             seeds = grp["seed"].dropna()
@@ -210,6 +251,12 @@ def build_leaderboard(
             "avg (suites) = plain mean of suites; avg (samples) = mean over all evaluation samples "
             "(suite weight n_problems × n_samples), as the paper's Avg."
         )
+        if per_run[ENTROPY_COLS].notna().any().any():
+            notes.append(
+                "H start / H end: policy entropy (metrics.jsonl entropy, nats per token) averaged over each run's "
+                "first / last edge_steps(N) of its N logged steps (N // 10, at least 1, at most 5: "
+                "harness/metrics.py, as result.json's summary), mean ± 95% CI over seeds; never ranked"
+            )
         notes += proto_notes + data_notes
         missing = _missing_text(col)
         if missing:
@@ -248,6 +295,8 @@ def build_leaderboard(
     _add_deltas(table, baseline)
     _mark_best(table, suite_cols + AVG_COLS)
     table = _sort(table, baseline)
+    show_entropy = bool(len(runs_only)) and all(f"{c}_mean" in table for c in ENTROPY_COLS)
+    show_entropy = show_entropy and bool(table[[f"{c}_mean" for c in ENTROPY_COLS]].notna().any().any())
     return Leaderboard(
         rows=table,
         columns=suite_cols + AVG_COLS,
@@ -256,6 +305,7 @@ def build_leaderboard(
         baseline=baseline,
         show_setting=show_setting,
         show_provenance=provenance,
+        show_entropy=show_entropy,
     )
 
 
@@ -553,10 +603,7 @@ def _sort(table: pd.DataFrame, baseline: str | None) -> pd.DataFrame:
         _src=(table["source"] != "runs").astype(int),
         _size=table["model_params"].fillna(np.inf),
         _base=(table["method"] != baseline).astype(int),
-        _order=[
-            METHOD_ORDER.index(m) if m in METHOD_ORDER else len(METHOD_ORDER)
-            for m in table["method"].astype(str).str.split("[+(]").str[0]
-        ],
+        _order=[method_rank(m) for m in table["method"].astype(str).str.split("[+(]").str[0]],
     )
     return (
         t.sort_values(["_src", "_size", "model", "task", "setting", "_base", "_order", "method", "flag"])
@@ -579,6 +626,16 @@ def _cell(row: pd.Series, c: str) -> str:
     return text
 
 
+def _entropy_cell(row: pd.Series, c: str) -> str:
+    """``0.412 ± 0.031 (n=3)`` (nats per token); "—" for a run row without an entropy, blank for other rows."""
+    mean, ci, n = row.get(f"{c}_mean", math.nan), row.get(f"{c}_ci", math.nan), row.get(f"{c}_n", math.nan)
+    if row["source"] != "runs":
+        return ""
+    if pd.isna(mean):
+        return "—"
+    return f"{mean:.3f}" + (f" ± {ci:.3f}" if pd.notna(ci) else "") + f" (n={int(n)})"
+
+
 def _delta(row: pd.Series, a: str, bold) -> str:
     v, ci = row[f"delta_{a}"], row.get(f"delta_{a}_ci", math.nan)
     if pd.isna(v):
@@ -599,6 +656,8 @@ def _display(lb: Leaderboard, bold) -> tuple[list[str], list[list[str]]]:
     head += [AVG_TITLES.get(c, PAPER_DISPLAY.get(c, c)) for c in lb.columns]
     base = lb.baseline or "baseline"
     head += [f"{DELTA_TITLES[a]} vs {base}" for a in AVG_COLS]
+    if lb.show_entropy:
+        head += [ENTROPY_TITLES[c] for c in ENTROPY_COLS]
     if lb.show_provenance:
         head.append("provenance")
     body = []
@@ -614,6 +673,8 @@ def _display(lb: Leaderboard, bold) -> tuple[list[str], list[list[str]]]:
         ]
         line += [bold(_cell(r, c)) if c in best else _cell(r, c) for c in lb.columns]
         line += [_delta(r, a, bold) for a in AVG_COLS]
+        if lb.show_entropy:
+            line += [_entropy_cell(r, c) for c in ENTROPY_COLS]
         if lb.show_provenance:
             line.append(str(r.get("provenance", "")))
         body.append(line)
@@ -670,6 +731,9 @@ def to_csv(lb: Leaderboard) -> str:
         keep += [f"{c}_mean", f"{c}_ci", f"{c}_std", f"{c}_n"]
     for a in AVG_COLS:
         keep += [f"delta_{a}", f"delta_{a}_ci", f"delta_{a}_paired"]
+    if lb.show_entropy:
+        for c in ENTROPY_COLS:
+            keep += [f"{c}_mean", f"{c}_ci", f"{c}_std", f"{c}_n"]
     keep += ["best"] + (["provenance"] if lb.show_provenance else [])
     if not lb.rows.empty and (lb.rows["source"] == IMPORTED).any():
         keep.append("protocol")  # an imported row's lm-eval protocol per column

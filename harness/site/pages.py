@@ -11,6 +11,7 @@ from string import Template
 
 import pandas as pd
 
+from harness.metrics import COMPLETED, ENTROPY, ENTROPY_AFTER_UPDATE, ENTROPY_GENERATED, REWARD_MEAN, method_rank
 from harness.results import stats
 from harness.results import table as tbl
 from harness.results.reference import PAPER_DISPLAY
@@ -203,7 +204,7 @@ def _mean_curves(s: Sweep, key: str, model: str) -> list[dict]:
     m = s.collection.metrics
     if key not in m.columns:
         return []
-    d = m[(m["model"] == model) & (m["status"] == "completed")].dropna(subset=[key])
+    d = m[(m["model"] == model) & (m["status"] == COMPLETED)].dropna(subset=[key])
     out = []
     for label, grp in sorted(d.groupby("label"), key=lambda kv: _method_key(kv[0])):
         mean = grp.groupby("step")[key].mean()
@@ -213,7 +214,7 @@ def _mean_curves(s: Sweep, key: str, model: str) -> list[dict]:
 
 def _score_curves(s: Sweep, model: str) -> list[tuple[str, list[dict]]]:
     ev = s.collection.evals
-    ev = ev[(ev["model"] == model) & (ev["status"] == "completed")].dropna(subset=["value"])
+    ev = ev[(ev["model"] == model) & (ev["status"] == COMPLETED)].dropna(subset=["value"])
     charts = []
     for (suite, metric), grp in ev.groupby(["suite", "metric"]):
         series = []
@@ -226,8 +227,7 @@ def _score_curves(s: Sweep, model: str) -> list[tuple[str, list[dict]]]:
 
 def _method_key(label: str):
     base = str(label).split("+")[0].split("(")[0]
-    order = tbl.METHOD_ORDER
-    return (order.index(base) if base in order else len(order), str(label))
+    return (method_rank(base), str(label))
 
 
 def sweep_figures_runs(s: Sweep) -> str:
@@ -238,7 +238,7 @@ def sweep_figures_runs(s: Sweep) -> str:
     models = [m for m in col.runs.sort_values("model_params")["model"].dropna().unique()]
     for mi, model in enumerate(models):
         charts = []
-        for key, ylabel in (("entropy", "policy entropy (nats/token)"), ("reward/mean", "training reward")):
+        for key, ylabel in ((ENTROPY, "policy entropy (nats/token)"), (REWARD_MEAN, "training reward")):
             series = _mean_curves(s, key, model)
             charts.append(
                 line_chart(
@@ -362,8 +362,8 @@ def sweep_body(
 # ------------------------------------------------------------------ run page
 
 RUN_CURVES = [
-    ("reward", "training reward", ["reward/mean", "reward/train_batch"]),
-    ("entropy", "entropy (nats/token)", ["entropy", "entropy/generated", "entropy/after_update"]),
+    ("reward", "training reward", [REWARD_MEAN, "reward/train_batch"]),
+    ("entropy", "entropy (nats/token)", [ENTROPY, ENTROPY_GENERATED, ENTROPY_AFTER_UPDATE]),
     ("covariance", "covariance", ["cov/term", "cov/mean"]),
 ]
 

@@ -134,8 +134,10 @@ def load_sweeps(
 
 
 def leaderboard_columns(table: pd.DataFrame) -> list[str]:
-    """Suite columns (in the csv's order), then the two averages: the ``<col>_mean`` columns of the records."""
-    cols = [c[: -len("_mean")] for c in table.columns if c.endswith("_mean")]
+    """Suite columns (in the csv's order), then the two averages: the ``<col>_mean`` columns of the records (the
+    entropy columns ``entropy_start/end`` describe a row, they are no score: left out)."""
+    cols = [c.removesuffix("_mean") for c in table.columns if c.endswith("_mean")]
+    cols = [c for c in cols if c not in tbl.ENTROPY_COLS]
     return [c for c in cols if c not in tbl.AVG_COLS] + [c for c in tbl.AVG_COLS if c in cols]
 
 

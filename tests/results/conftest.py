@@ -10,6 +10,8 @@ import numpy as np
 import pytest
 import yaml
 
+from harness.records import summarize_metrics
+
 
 def suite_result(name, value, n_problems=100, n_samples=4, temperature=1.0, top_p=1.0, max_tokens=32, metric=None):
     metric = metric or f"avg@{n_samples}"
@@ -23,6 +25,19 @@ def suite_result(name, value, n_problems=100, n_samples=4, temperature=1.0, top_
         "metrics": {metric: value},
         "primary": metric,
     }
+
+
+def _rows(lines) -> list[dict]:
+    """The metrics rows among ``lines`` (a deliberately corrupt extra line is skipped, as collect does)."""
+    out = []
+    for x in lines:
+        try:
+            obj = json.loads(x)
+        except ValueError:
+            continue
+        if isinstance(obj, dict):
+            out.append(obj)
+    return out
 
 
 def make_run(
@@ -108,7 +123,7 @@ def make_run(
             "seed": seed,
             "steps": steps,
             "wall_time_s": 1.0,
-            "summary": {},
+            "summary": summarize_metrics(_rows(lines)),  # as a backend writes it
             "eval": ev,
             "timing": {},
         }

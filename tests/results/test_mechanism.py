@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 
 from harness.cli import main
-from harness.results.collect import collect
 from harness.metrics import edge_steps
+from harness.results.collect import collect
 from harness.results.mechanism import analyse
 
 A, B, H0, DECAY, STEPS = 0.3, 0.9, 1.0, 0.05, 30
