@@ -12,6 +12,7 @@ import math
 import numpy as np
 import pytest
 
+from harness.metrics import edge_steps
 from harness.results import stats
 from harness.results.archive import pack, unpacked
 from harness.results.collect import collect
@@ -115,15 +116,19 @@ def _claim(res, claim, cell="pocket-1m"):
 
 
 def test_collapse_verdict_from_the_log_ratio(runs_root, mk):
-    """h = exp(-d·t): the mean of the last 5 steps over the first 5 is exp(-25·d) exactly."""
+    """h = exp(-d·t): the mean of the last w steps over the first w is exp(-(T - w)·d) exactly; w = edge_steps(30)
+    = 3 (harness/metrics.py), so the log ratios are -27·d: -6.75, -7.02, -7.29 (mean -7.02, sd 0.27)."""
     _grpo(mk, runs_root, (0.25, 0.26, 0.27))
     res = analyse(collect([runs_root]))
     c = _claim(res, "collapse")
     ratio = c["tests"][0]
-    half = T975_DF2 * 0.25 / math.sqrt(3)  # log ratios -6.25, -6.5, -6.75: sd 0.25
-    assert ratio["estimate"] == pytest.approx(math.exp(-6.5))
-    assert (ratio["lo"], ratio["hi"]) == pytest.approx((math.exp(-6.5 - half), math.exp(-6.5 + half)))
-    assert ratio["p"] == pytest.approx(p_df2((-6.5 - math.log(0.1)) / (0.25 / math.sqrt(3))))
+    span = STEPS - edge_steps(STEPS)
+    assert span == 27
+    mean, sd = -span * 0.26, span * 0.01
+    half = T975_DF2 * sd / math.sqrt(3)
+    assert ratio["estimate"] == pytest.approx(math.exp(mean))
+    assert (ratio["lo"], ratio["hi"]) == pytest.approx((math.exp(mean - half), math.exp(mean + half)))
+    assert ratio["p"] == pytest.approx(p_df2((mean - math.log(0.1)) / (sd / math.sqrt(3))))
     assert ratio["family_size"] == 2 and ratio["p_holm"] == pytest.approx(
         stats.holm([ratio["p"], c["tests"][1]["p"]])[0]
     )
