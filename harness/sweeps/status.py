@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from harness import rundir
+from harness.metrics import COMPLETED, FINISHED
 from harness.sweeps import cells as C
 
 _PROGRESS = re.compile(r"\d+%\|.*\|\s*\d+/\d+|\[\d+:\d+(<[\d:?]+)?,")  # tqdm bar lines are not errors
@@ -159,10 +160,10 @@ def _cell_status(d: Path, slurm: dict[str, str] | None) -> CellStatus:
         st.tail = stderr_tail(job)
         return st
     if result is not None:
-        status = result.get("status", "completed")
-        if status in ("completed", "insufficient_updates"):  # finished (the second is flagged, never retried)
+        status = result.get("status", COMPLETED)
+        if status in FINISHED:  # finished (insufficient_updates is flagged, never retried)
             st.state = "done"
-            if status != "completed":
+            if status != COMPLETED:
                 st.detail = (
                     f"{status} ({(result.get('updates') or {}).get('made')} of "
                     f"{(result.get('updates') or {}).get('expected')} steps updated)"
