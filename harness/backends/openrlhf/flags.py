@@ -8,6 +8,7 @@ what makes Clip-Cov/KL-Cov and the selection scope possible. Every problem is re
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import json
 import os
@@ -28,6 +29,7 @@ EXTRA = "pip install 'entropy-harness[openrlhf]' (GPU: also vllm==0.29.0 and fla
 ESTIMATORS = {"grpo": "group_norm", "rloo": "rloo", "w_reinforce": "reinforce"}
 ORL_EXTRAS: tuple[str, ...] = ("entropy",)  # advantage-estimator extras this backend produces
 BUILTIN_EQUIVALENT = ("grpo", "rloo", "clip_higher", "entropy_bonus", "gspo")
+UPSTREAM_EPS_CLIP = 0.2  # OpenRLHF's own --actor.eps_clip_low_high, shown for a method without a PPO clip
 # method -> (OpenRLHF --actor.policy_loss_type, when the method equals it); tests/openrlhf/test_agreement.py
 # a method OpenRLHF computes natively, and when its native loss equals ours (else our plug-in loss runs): GSPO's
 # sequence level under seq-mean-token-mean, with no dual clip or log-ratio clamp and empty rows skipped as upstream
@@ -53,13 +55,6 @@ from harness.backends.openrlhf.options import (  # noqa: E402,F401  (re-exported
 
 
 # ------------------------------------------------------------------------------------------- config access
-def _section(cfg, name):
-    value = cfg.get(name, {}) if isinstance(cfg, Mapping) else getattr(cfg, name)
-    if dataclasses.is_dataclass(value):
-        return dataclasses.asdict(value)
-    return dict(value or {})
-
-
 def as_dict(cfg) -> dict:
     """A RunConfig (harness.config) or a plain mapping, as a plain dict."""
     if isinstance(cfg, Mapping):
@@ -69,15 +64,36 @@ def as_dict(cfg) -> dict:
     return dataclasses.asdict(cfg)
 
 
+def typed(config):
+    """The typed RunConfig of ``config``: a plain mapping is loaded (the shared schema's validation and defaults,
+    then the backend's checks); a RunConfig is used as it is; any other resolved config (``to_dict()``) is typed
+    by the shared schema. Every value the launch reads is then a field of it (``cfg.train.lr``), never a default
+    written here."""
+    from harness.config import RunConfig, load_config
+
+    if isinstance(config, Mapping):
+        return load_config(config)
+    if isinstance(config, RunConfig):
+        return config
+    from harness.schema import build
+
+    return build(RunConfig, as_dict(config), "")
+
+
+def options_of(cfg) -> OpenRLHFOptions:
+    """The validated ``openrlhf:`` section (typed by the backend's ``validate`` or still a mapping)."""
+    section = cfg.openrlhf
+    return parse_options(dataclasses.asdict(section) if isinstance(section, OpenRLHFOptions) else section)
+
+
 def build_method(method_section: Mapping):
     """The harness method object of the config (errors from the method API are user errors)."""
     import harness
 
-    section = dict(method_section)
-    name = section.pop("name", None)
-    if not name:
+    section = copy.deepcopy(dict(method_section))
+    if not section.get("name"):
         raise OpenRLHFConfigError("method.name: required (see `harness methods`)")
-    return harness.get_method(name, **section)
+    return harness.get_method(section.pop("name"), **section)
 
 
 # ------------------------------------------------------------------------------------------------- plan
@@ -135,21 +151,20 @@ def method_flags(method, opts: OpenRLHFOptions) -> list[str]:
             f"method.agg: {method.agg!r} is not supported on the OpenRLHF backend (its "
             f"aggregate_loss has no such mode). Allowed: {', '.join(AGG_MODES)}"
         )
-    loss_type, native = NATIVE_LOSS.get(method.name, ("ppo", None))
+    loss_type, native = NATIVE_LOSS[method.name] if method.name in NATIVE_LOSS else ("ppo", None)
     flags = [
         "--algo.advantage.estimator",
         estimator,
         "--actor.policy_loss_type",
         loss_type if native is None or native(method) else "ppo",
         "--actor.eps_clip_low_high",  # upstream's clip (its native losses; our plug-in carries its own)
-        _num(float(getattr(method, "eps_low", 0.2))),
-        _num(float(getattr(method, "eps_high", 0.2))),
+        *(_num(float(getattr(method, eps, UPSTREAM_EPS_CLIP))) for eps in ("eps_low", "eps_high")),
         "--actor.loss_agg_mode",
         method.agg,
     ]
     # any entropy_coef (even 0) makes OpenRLHF's training forward return the differentiable entropy the plugin
     # hands to the loss; an entropy bonus shows its coefficient (the plugin zeroes upstream's term per step)
-    coef = getattr(method, "coef", None) if method.needs_entropy else None
+    coef = method.coef if method.needs_entropy and hasattr(method, "coef") else None
     if isinstance(coef, float):
         flags += ["--actor.entropy_coef", _num(coef)]
     elif method.needs_entropy or opts.log_entropy:
@@ -167,39 +182,39 @@ def base_estimator(method) -> str:
             f"method.advantage: {method.advantage!r} is not supported on the OpenRLHF backend. "
             f"Allowed: {', '.join(ESTIMATORS)} (or an estimator shaping one of them)"
         )
-    if name == "grpo" and not options.get("std_normalize", True):
+    if name == "grpo" and "std_normalize" in options and not options["std_normalize"]:
         return "dr_grpo"
     return ESTIMATORS[name]
 
 
-def build_plan(config, run_dir: str | os.PathLike) -> LaunchPlan:
-    """Validate ``config`` for this backend and build the launch (argv, env, plugin config). Starts nothing."""
-    if isinstance(config, Mapping):  # a plain dict: the shared schema's validation and defaults first
-        from harness.config import load_config
+# ------------------------------------------------------------------------------------------ check, then build
+@dataclass(frozen=True)
+class _Layout:
+    """What both the checks and the launch derive from the typed config (each refusal raised while deriving)."""
 
-        config = load_config(config)
-    cfg = as_dict(config)
-    if cfg.get("backend", "openrlhf") != "openrlhf":
-        raise OpenRLHFConfigError(f"backend: {cfg.get('backend')!r}; the OpenRLHF launcher needs backend: openrlhf")
-    opts = parse_options(cfg.get("openrlhf"))
-    method = build_method(cfg.get("method") or {})
-    model, task = _section(cfg, "model"), _section(cfg, "task")
-    train, logging = _section(cfg, "train"), _section(cfg, "logging")
-    run_dir = os.path.abspath(os.fspath(run_dir))
-    seed = int(cfg.get("seed", 0))
+    opts: OpenRLHFOptions
+    method: object
+    world: int  # actor GPUs
+    train_batch: int  # sequences per optimizer step
+    mem: memory.Resolved
+    engines: int  # vLLM engines
+    in_loop: bool  # OpenRLHF evaluates in its loop (openrlhf.eval_dataset or eval.suites)
 
-    steps, prompts = int(train.get("steps", 1)), int(train.get("prompts_per_step", 1))
-    n, updates = int(train.get("samples_per_prompt", 1)), int(train.get("updates_per_rollout", 1))
-    micro = int(train.get("micro_batch_size", 1))
-    if train.get("optimizer", "adamw") != "adamw":
+
+def _layout(cfg) -> _Layout:
+    opts = options_of(cfg)
+    method = build_method(cfg.method)
+    train = cfg.train
+    n, updates, micro = int(train.samples_per_prompt), int(train.updates_per_rollout), int(train.micro_batch_size)
+    if train.optimizer != "adamw":
         raise OpenRLHFConfigError(
-            f"train.optimizer: {train['optimizer']!r} is not supported on the OpenRLHF backend (DeepSpeed's Adam "
+            f"train.optimizer: {train.optimizer!r} is not supported on the OpenRLHF backend (DeepSpeed's Adam "
             f"with weight decay); allowed here: adamw"
         )
     world = opts.nodes * opts.gpus_per_node
     if n < 2:
         raise OpenRLHFConfigError(f"train.samples_per_prompt: {n}; group advantages on OpenRLHF need at least 2")
-    rollout = prompts * n
+    rollout = int(train.prompts_per_step) * n
     if rollout % updates:
         raise OpenRLHFConfigError(
             f"train.updates_per_rollout: {updates} does not divide prompts_per_step * "
@@ -214,9 +229,9 @@ def build_plan(config, run_dir: str | os.PathLike) -> LaunchPlan:
         )
     mem = memory.resolve(  # `auto` -> the memory rule; a plan that cannot fit is refused (docs/gpu.md)
         opts,
-        model=str(model.get("name")),
+        model=str(cfg.model.name),
         micro=micro,
-        seq_len=opts.max_prompt_len + int(train.get("max_new_tokens", 1024)),
+        seq_len=opts.max_prompt_len + int(train.max_new_tokens),
         entropy="grad" if method.needs_entropy else "forward" if opts.log_entropy else "none",
     )
     tp = mem.vllm_tp
@@ -226,6 +241,18 @@ def build_plan(config, run_dir: str | os.PathLike) -> LaunchPlan:
             f"openrlhf.vllm_engines: colocated runs need vllm_engines x vllm_tp == actor GPUs "
             f"({engines} x {tp} != {world}); set colocate: false or fix the counts"
         )
+    in_loop = bool(opts.eval_dataset) or evalset.requested(dataclasses.asdict(cfg.eval))
+    return _Layout(opts, method, world, train_batch, mem, engines, in_loop)
+
+
+def check(config) -> None:
+    """Every refusal of the OpenRLHF backend, before anything is built: OpenRLHFConfigError (a ConfigError) naming
+    the field and what is allowed. ``config``: a loaded RunConfig (or a plain mapping, loaded first)."""
+    cfg = typed(config)
+    if cfg.backend != "openrlhf":
+        raise OpenRLHFConfigError(f"backend: {cfg.backend!r}; the OpenRLHF launcher needs backend: openrlhf")
+    lay = _layout(cfg)
+    opts, method = lay.opts, lay.method
     extra_keys = {str(k) for k in opts.extra_flags}
     if method.needs_global_plan:
         bad = extra_keys & {"--train.dynamic_batch_enable", "--ds.ring_attn_size", "--ds.tensor_parallel_size"}
@@ -248,35 +275,105 @@ def build_plan(config, run_dir: str | os.PathLike) -> LaunchPlan:
             f"any other OpenRLHF flag"
         )
     ignored = {"--actor.dual_clip"} & extra_keys
-    if str(opts.extra_flags.get("--algo.advantage.is_correction_level", "off")) != "off":
-        ignored.add("--algo.advantage.is_correction_level")
+    level = "--algo.advantage.is_correction_level"  # upstream's default: off
+    if level in opts.extra_flags and str(opts.extra_flags[level]) != "off":
+        ignored.add(level)
     if ignored:
         raise OpenRLHFConfigError(
             f"openrlhf.extra_flags: {', '.join(sorted(ignored))} changes OpenRLHF's built-in "
             f"PolicyLoss, which the harness method replaces (the method's loss would silently "
             f"ignore it); express it as a method instead"
         )
-    if train.get("entropy_after_update"):
+    if cfg.train.entropy_after_update:
         raise OpenRLHFConfigError(
             "train.entropy_after_update: true is pocket-only (a no-grad forward of the trained batch after the "
             "update); the OpenRLHF backend logs entropy/delta between steps instead. Allowed here: false"
         )
     if opts.reward not in REWARDS and not os.path.exists(opts.reward):
         raise OpenRLHFConfigError(f"openrlhf.reward: file not found: {opts.reward}")
-    reward = REWARD_FILE if opts.reward in REWARDS else os.path.abspath(opts.reward)
-    max_new = int(train.get("max_new_tokens", 1024))
+    method_flags(method, opts)
+    max_new = int(cfg.train.max_new_tokens)
+    if opts.eval_dataset:
+        check_eval(cfg.eval, max_new)
+    elif lay.in_loop:
+        evalset.check(dataclasses.asdict(cfg.eval), opts.reward, max_new)
+        check_eval(cfg.eval, max_new)
+    _merge_extra(_launcher_argv(cfg, lay, "run-dir")[0], opts.extra_flags)  # an extra flag the launcher sets
+
+
+def check_eval(ev, max_new: int) -> None:
+    """OpenRLHF samples eval answers with the rollout's top_p and max tokens, so ``eval.top_p`` must be 1.0 and
+    ``eval.max_new_tokens`` empty or equal to ``train.max_new_tokens``."""
+    if float(ev.top_p) != 1.0:
+        raise OpenRLHFConfigError(f"eval.top_p: {ev.top_p!r}; OpenRLHF evaluates with the rollout top_p 1.0")
+    if ev.max_new_tokens not in (None, max_new):
+        raise OpenRLHFConfigError(
+            f"eval.max_new_tokens: {ev.max_new_tokens!r}; OpenRLHF evaluates with the "
+            f"rollout length, train.max_new_tokens = {max_new} (leave it empty or equal)"
+        )
+
+
+def build_plan(config, run_dir: str | os.PathLike) -> LaunchPlan:
+    """Validate ``config`` for this backend and build the launch (argv, env, plugin config). Starts nothing.
+    ``config``: a loaded RunConfig or a plain mapping (loaded first: the shared schema's validation and defaults)."""
+    cfg = typed(config)
+    check(cfg)
+    return to_plan(cfg, run_dir)
+
+
+def to_argv(cfg, run_dir: str | os.PathLike) -> list[str]:
+    """The OpenRLHF flags of a checked, typed config (``openrlhf.extra_flags`` last)."""
+    return to_plan(cfg, run_dir).argv
+
+
+def to_plan(cfg, run_dir: str | os.PathLike) -> LaunchPlan:
+    """The launch of a config that passed :func:`check`: every value a typed field of ``cfg`` (or of its
+    ``openrlhf:`` options), none defaulted here."""
+    lay = _layout(cfg)
+    opts = lay.opts
+    run_dir = os.path.abspath(os.fspath(run_dir))
+    argv, eval_spec = _launcher_argv(cfg, lay, run_dir)
+    argv = _merge_extra(argv, opts.extra_flags)
+    seed = int(cfg.seed)
+    plugin = {
+        "method": lay.method.to_config(),
+        "run_dir": run_dir,
+        "seed": seed,
+        "steps": int(cfg.train.steps),
+        "seed_offset_per_rank": opts.seed_offset_per_rank,
+        "log_entropy": opts.log_entropy,
+        "reward": opts.reward,
+        "run_id": cfg.run_id(),
+        "eval": eval_spec,
+        "config": {"model": {"name": cfg.model.name}, "task": {"name": cfg.task.name}, "seed": seed},
+    }
+    env = {str(k): str(v) for k, v in opts.env.items()}
+    if opts.rehearsal:  # CPU stand-ins for vLLM/CUDA in every process (cpu_rehearsal.py); refused where CUDA is
+        env[REHEARSAL_ENV] = "1"
+        separate = 0 if opts.colocate else lay.engines * opts.vllm_tp + (lay.world if opts.kl_coef else 0)
+        plugin["rehearsal"] = {"logical_gpus": lay.world + separate}  # Ray's logical GPUs for upstream's bundles
+    env[PLUGIN_ENV] = json.dumps(plugin, sort_keys=True, default=str)
+    return LaunchPlan(argv=argv, env=env, plugin=plugin, python=opts.python or sys.executable, memory=lay.mem)
+
+
+def _launcher_argv(cfg, lay: _Layout, run_dir: str) -> tuple[list[str], dict | None]:
+    """The flags the launcher sets from the run config (before ``openrlhf.extra_flags``) and the in-loop eval
+    protocol recorded with them."""
+    opts, mem, train = lay.opts, lay.mem, cfg.train
+    model, task = str(cfg.model.name), str(cfg.task.name)
+    steps, prompts, micro = int(train.steps), int(train.prompts_per_step), int(train.micro_batch_size)
+    max_new = int(train.max_new_tokens)
     # model.dtype picks the DeepSpeed dtype when it is a half type; float32 (the pocket default) -> openrlhf.param_dtype
-    param_dtype = {"bfloat16": "bf16", "float16": "fp16"}.get(str(model.get("dtype")), opts.param_dtype)
-    ckpt_every = int(train.get("checkpoint_every", 0))
-    ev = _section(cfg, "eval")
-    in_loop = bool(opts.eval_dataset) or evalset.requested(ev)
-    max_gen = int(train.get("max_gen_batches", 1)) if train.get("dynamic_filtering") else 1
+    half = {"bfloat16": "bf16", "float16": "fp16"}
+    param_dtype = half[cfg.model.dtype] if cfg.model.dtype in half else opts.param_dtype
+    ckpt_every = int(train.checkpoint_every)
+    max_gen = int(train.max_gen_batches) if train.dynamic_filtering else 1
 
     argv = [
         "--actor.model_name_or_path",
-        str(model.get("name")),
+        model,
         "--data.prompt_dataset",
-        str(task.get("name")),
+        task,
         "--data.input_key",
         opts.input_key,
         "--data.label_key",
@@ -287,31 +384,31 @@ def build_plan(config, run_dir: str | os.PathLike) -> LaunchPlan:
         str(opts.max_prompt_len + max_new),
         # passes over the prompt set: enough for `steps` (the plugin stops the run there)
         "--train.num_episodes",
-        str(episodes_needed(str(task.get("name")), steps * prompts * max_gen, steps * max_gen)),
+        str(episodes_needed(task, steps * prompts * max_gen, steps * max_gen)),
         "--train.seed",
-        str(seed),
+        str(int(cfg.seed)),
         "--rollout.batch_size",
         str(prompts),
         "--rollout.n_samples_per_prompt",
-        str(n),
+        str(int(train.samples_per_prompt)),
         "--rollout.max_new_tokens",
         str(max_new),
         "--rollout.temperature",
-        _num(float(train.get("temperature", 1.0))),
+        _num(float(train.temperature)),
         "--rollout.top_p",
         "1.0",
         "--rollout.micro_batch_size",
         str(opts.rollout_micro_batch_size or micro),
         "--train.batch_size",
-        str(train_batch),
+        str(lay.train_batch),
         "--train.micro_batch_size",
         str(micro),
         "--train.max_epochs",
         "1",
         "--actor.adam.lr",
-        _num(float(train.get("lr", 1e-6))),
+        _num(float(train.lr)),
         "--actor.adam.weight_decay",
-        _num(float(train.get("weight_decay", 0.0))),
+        _num(float(train.weight_decay)),
         "--actor.adam.betas",
         "0.9",
         "0.999",
@@ -320,16 +417,16 @@ def build_plan(config, run_dir: str | os.PathLike) -> LaunchPlan:
         "--actor.lr_warmup_ratio",
         "0.0",
         "--actor.max_norm",
-        _num(float(train.get("grad_clip", 1.0)) or 1e9),
-        *method_flags(method, opts),
+        _num(float(train.grad_clip) or 1e9),  # grad_clip 0 disables clipping
+        *method_flags(lay.method, opts),
         "--algo.kl.init_coef",
         _num(float(opts.kl_coef)),
         *(["--algo.kl.use_loss", "--algo.kl.estimator", opts.kl_estimator] if opts.kl_use_loss else []),
         "--reward.remote_url",
-        reward,
+        REWARD_FILE if opts.reward in REWARDS else os.path.abspath(opts.reward),
         *(
             ["--algo.dynamic_filtering_enable", "--algo.dynamic_filtering_range", "0.0", "1.0"]
-            if train.get("dynamic_filtering")
+            if train.dynamic_filtering
             else []
         ),
         "--actor.num_nodes",
@@ -341,9 +438,9 @@ def build_plan(config, run_dir: str | os.PathLike) -> LaunchPlan:
         "--ref.num_gpus_per_node",
         str(opts.gpus_per_node),
         "--vllm.num_engines",
-        str(engines),
+        str(lay.engines),
         "--vllm.tensor_parallel_size",
-        str(tp),
+        str(mem.vllm_tp),
         "--vllm.gpu_memory_utilization",
         _num(float(opts.vllm_gpu_memory_utilization)),
         *(["--train.colocate_all", "--vllm.enable_sleep", "--ds.enable_sleep"] if opts.colocate else []),
@@ -367,64 +464,35 @@ def build_plan(config, run_dir: str | os.PathLike) -> LaunchPlan:
         "--ckpt.save_hf",
         "--logger.logging_steps",
         "1",
-        *([] if in_loop else ["--eval.steps", "-1"]),
+        *([] if lay.in_loop else ["--eval.steps", "-1"]),
     ]
-    eval_spec = None
+    ev, eval_spec = cfg.eval, None
     if opts.eval_dataset:  # an explicit eval JSONL overrides eval.suites for the in-loop eval
         argv_eval, eval_spec = eval_flags(opts.eval_dataset, ev, max_new)
         argv += argv_eval
-    elif in_loop:  # eval.suites rendered into the run dir by the launcher (evalset.py)
-        evalset.check(ev, opts.reward, max_new)
+    elif lay.in_loop:  # eval.suites rendered into the run dir by the launcher (evalset.py)
         dataset = evalset.eval_path(run_dir)
         argv_eval, eval_spec = eval_flags(dataset, ev, max_new)
         eval_spec.update(
             dataset=dataset,
-            suites=list(ev["suites"]),
-            fixtures=bool(ev.get("fixtures")),
-            data_dir=ev.get("data_dir"),
-            limit=ev.get("max_problems"),
+            suites=list(ev.suites),
+            fixtures=bool(ev.fixtures),
+            data_dir=ev.data_dir,
+            limit=ev.max_problems,
             counts=None,  # known once the launcher wrote the file (bridge.eval_payload reads it)
         )
         argv += argv_eval
     from harness.tracking import openrlhf_logger_flags
 
-    argv += openrlhf_logger_flags(logging, run_dir)  # TensorBoard; W&B entity, project, group, run name
-    argv = _merge_extra(argv, opts.extra_flags)
-
-    plugin = {
-        "method": method.to_config(),
-        "run_dir": run_dir,
-        "seed": seed,
-        "steps": steps,
-        "seed_offset_per_rank": opts.seed_offset_per_rank,
-        "log_entropy": opts.log_entropy,
-        "reward": opts.reward,
-        "run_id": run_id(config, cfg),
-        "eval": eval_spec,
-        "config": {"model": {"name": model.get("name")}, "task": {"name": task.get("name")}, "seed": seed},
-    }
-    env = {str(k): str(v) for k, v in opts.env.items()}
-    if opts.rehearsal:  # CPU stand-ins for vLLM/CUDA in every process (cpu_rehearsal.py); refused where CUDA is
-        env[REHEARSAL_ENV] = "1"
-        separate = 0 if opts.colocate else engines * opts.vllm_tp + (world if opts.kl_coef else 0)
-        plugin["rehearsal"] = {"logical_gpus": world + separate}  # Ray's logical GPUs for upstream's bundles
-    env[PLUGIN_ENV] = json.dumps(plugin, sort_keys=True, default=str)
-    return LaunchPlan(argv=argv, env=env, plugin=plugin, python=opts.python or sys.executable, memory=mem)
+    # TensorBoard; W&B entity, project, group, run name
+    argv += openrlhf_logger_flags(dataclasses.asdict(cfg.logging), run_dir)
+    return argv, eval_spec
 
 
-def eval_flags(dataset: str, ev: dict, max_new: int) -> tuple[list[str], dict]:
-    """OpenRLHF's in-loop evaluation from the shared ``eval:`` section, and the protocol recorded with it.
-
-    OpenRLHF samples eval answers with the rollout's top_p and max tokens, so ``eval.top_p`` must be 1.0 and
-    ``eval.max_new_tokens`` empty or equal to ``train.max_new_tokens``; greedy accuracy is not computed."""
-    if float(ev.get("top_p", 1.0)) != 1.0:
-        raise OpenRLHFConfigError(f"eval.top_p: {ev.get('top_p')!r}; OpenRLHF evaluates with the rollout top_p 1.0")
-    if ev.get("max_new_tokens") not in (None, max_new):
-        raise OpenRLHFConfigError(
-            f"eval.max_new_tokens: {ev.get('max_new_tokens')!r}; OpenRLHF evaluates with the "
-            f"rollout length, train.max_new_tokens = {max_new} (leave it empty or equal)"
-        )
-    every, n = int(ev.get("every", 0)), int(ev.get("n_samples", 1))
+def eval_flags(dataset: str, ev, max_new: int) -> tuple[list[str], dict]:
+    """OpenRLHF's in-loop evaluation from the typed ``eval:`` section (checked by :func:`check_eval`), and the
+    protocol recorded with it; greedy accuracy is not computed."""
+    every, n = int(ev.every), int(ev.n_samples)
     argv = [
         "--eval.dataset",
         dataset,
@@ -433,13 +501,13 @@ def eval_flags(dataset: str, ev: dict, max_new: int) -> tuple[list[str], dict]:
         "--ckpt.best_metric_key",
         "none",  # no extra "best" DeepSpeed checkpoints
         "--eval.temperature",
-        _num(float(ev.get("temperature", 0.6))),
+        _num(float(ev.temperature)),
         "--eval.n_samples_per_prompt",
         str(n),
     ]
     spec = {
         "n_samples": n,
-        "temperature": float(ev.get("temperature", 0.6)),
+        "temperature": float(ev.temperature),
         "top_p": 1.0,
         "max_tokens": max_new,
         "counts": datasource_counts(dataset),
@@ -465,18 +533,10 @@ def datasource_counts(path: str) -> dict | None:
     with open(path) as f:
         for line in f:
             if line.strip():
-                ds = json.loads(line).get("datasource", "default")
-                counts[ds] = counts.get(ds, 0) + 1
+                row = json.loads(line)
+                ds = row["datasource"] if "datasource" in row else "default"  # a row's field, not the config's
+                counts[ds] = counts[ds] + 1 if ds in counts else 1
     return counts
-
-
-def run_id(config, cfg: dict) -> str:
-    """The run's identity (harness.config.run_id_of), 12 hex."""
-    if hasattr(config, "run_id"):
-        return config.run_id()
-    from harness.config import run_id_of
-
-    return run_id_of(cfg)
 
 
 def _merge_extra(argv: list[str], extra: Mapping) -> list[str]:
