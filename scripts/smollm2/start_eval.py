@@ -4,7 +4,7 @@ run's final evaluation): writes DIR/eval/step_0.json and DIR/eval/step_0.per_pro
 Every run of the experiment starts from the same weights and evaluates greedily on the same problems, so
 this one evaluation is every run's start (the runs themselves set ``eval.every: 0``: end only).
 
-    python results/smollm2/start_eval.py sweeps/configs/smollm2_calibrated.yaml DIR [key=value ...]
+    python scripts/smollm2/start_eval.py sweeps/configs/smollm2_calibrated.yaml DIR [key=value ...]
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Tables, tests and curves of the SmolLM2 experiment (issue #24) from its run directories.
 
-    python results/smollm2/experiment.py RUNS_DIR START_DIR [--out results/smollm2/experiment]
+    python scripts/smollm2/experiment.py RUNS_DIR START_DIR [--out results/smollm2/experiment]
 
 RUNS_DIR: the sweep's cells (each with config.yaml, metrics.jsonl, result.json, eval/step_<N>.per_problem.json);
 START_DIR: ``start_eval.py``'s directory (eval/step_0.per_problem.json: the common start). Writes OUT/table.md,
@@ -16,26 +16,23 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import shutil
 from pathlib import Path
 
 import yaml
 
-HERE = Path(__file__).resolve().parent
+from harness.metrics import ENTROPY, REWARD_MEAN, edge_means
+
+RESULTS = Path(__file__).resolve().parents[2] / "results" / "smollm2"
 CURVES = ("reward/mean", "entropy", "response/length", "grad_norm")
 
 
 def t_interval(xs: list[float]) -> tuple[float, float]:
-    """(mean, Student-t 95% half-width); half-width nan for one value."""
-    from scipy import stats
+    """(mean, Student-t 95% half-width); half-width nan for one value (harness.results.stats.mean_ci)."""
+    from harness.results.stats import mean_ci
 
-    n = len(xs)
-    m = sum(xs) / n
-    if n < 2:
-        return m, float("nan")
-    sd = math.sqrt(sum((x - m) ** 2 for x in xs) / (n - 1))
-    return m, float(stats.t.ppf(0.975, n - 1) * sd / math.sqrt(n))
+    iv = mean_ci(xs)
+    return iv.mean, iv.half
 
 
 def mcnemar_exact(start: list[int], end: list[int]) -> tuple[int, int, float]:
@@ -75,7 +72,7 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("runs", type=Path)
     ap.add_argument("start", type=Path)
-    ap.add_argument("--out", type=Path, default=HERE / "experiment")
+    ap.add_argument("--out", type=Path, default=RESULTS / "experiment")
     args = ap.parse_args(argv)
     start = greedy_grades(args.start / "eval" / "step_0.per_problem.json")
     runs = [r for d in sorted(args.runs.iterdir()) if d.is_dir() and (r := load_run(d))]
@@ -88,15 +85,14 @@ def main(argv=None) -> int:
         f"Start (every run; greedy, {n} held-out problems): {s_acc:.3f} ({sum(start)}/{n})",
         "",
         "| method | seed | steps | end acc | end - start (95% CI, paired by problem) | gained / lost | McNemar p | "
-        "entropy first -> last 10% | reward first -> last 10% | gen s/step | update s/step | peak RSS MB |",
+        "entropy start -> end | reward start -> end | gen s/step | update s/step | peak RSS MB |",
         "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     summary = {"start": {"acc": s_acc, "n": n}, "runs": [], "methods": {}}
     for r in runs:
         rows = r["rows"]
-        k = max(1, len(rows) // 10)
-        ent = [sum(x["entropy"] for x in rows[:k]) / k, sum(x["entropy"] for x in rows[-k:]) / k]
-        rew = [sum(x["reward/mean"] for x in rows[:k]) / k, sum(x["reward/mean"] for x in rows[-k:]) / k]
+        ent = list(edge_means([x[ENTROPY] for x in rows]))  # the harness's one start/end window
+        rew = list(edge_means([x[REWARD_MEAN] for x in rows]))
         gen = sorted(x["time/rollout"] for x in rows)[len(rows) // 2]
         upd = sorted(x["time/update"] for x in rows)[len(rows) // 2]
         rss = (r["result"].get("timing") or {}).get("peak_rss_mb")

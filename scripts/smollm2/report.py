@@ -1,6 +1,6 @@
 """Tables and curves of the SmolLM2 experiment (issue #15) from its run directories.
 
-python results/smollm2/report.py RUNS_DIR   # RUNS_DIR/<method>/{metrics.jsonl,result.json}
+python scripts/smollm2/report.py RUNS_DIR   # RUNS_DIR/<method>/{metrics.jsonl,result.json}
 -> results/smollm2/{curves.png,summary.json,table.md}
 """
 
@@ -12,7 +12,7 @@ import re
 import sys
 from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
+RESULTS = Path(__file__).resolve().parents[2] / "results" / "smollm2"
 KEYS = ("reward/mean", "entropy", "response/length", "grad_norm", "time/rollout", "time/score", "time/update")
 
 
@@ -60,8 +60,8 @@ def main(runs: Path) -> None:
         ax.legend()
     fig.suptitle("SmolLM2-135M-Instruct, gsm_arith level 1, 16 responses/step (2 shared CPU cores)")
     fig.tight_layout()
-    fig.savefig(HERE / "curves.png", dpi=110)
-    (HERE / "summary.json").write_text(json.dumps(summary, indent=1) + "\n")
+    fig.savefig(RESULTS / "curves.png", dpi=110)
+    (RESULTS / "summary.json").write_text(json.dumps(summary, indent=1) + "\n")
     lines = [
         "| method | steps | reward (first -> last) | entropy (first -> last) | length | gen s/step | update s/step "
         "| peak RSS MB | final held-out greedy acc (n) |",
@@ -79,7 +79,7 @@ def main(runs: Path) -> None:
             f"| {s['peak_rss_mb']:.0f} | {fe_txt} |"
         )
 
-    (HERE / "table.md").write_text("\n".join(lines) + "\n")
+    (RESULTS / "table.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
 
 
