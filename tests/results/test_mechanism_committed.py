@@ -14,11 +14,19 @@ from harness.results.mechanism_verdicts import verdict_markdown
 ROOT = Path(__file__).resolve().parents[2]
 RESULTS = ROOT / "results" / "mechanism"
 # (folder of archives, committed output folder): `harness mechanism RUNS --out OUT` reproduces OUT/mechanism.json.
-# Study B (docs/mechanism_prereg.md) was not run in this budget (amendment 1): no folder of it to recompute.
-MECHANISM = [("runs", ".")]
+# Study B (docs/mechanism_prereg.md, amendment 2): each warm-start level analysed on its own.
+MECHANISM = [("runs", "."), ("family_b/ws150/runs", "family_b/ws150"), ("family_b/ws500/runs", "family_b/ws500")]
 DOC_BLOCKS = [
     ("Study A: ordered countdown, pocket-0.3m, GRPO and KL-Cov, seeds 1000-1004", "mechanism.json"),
     ("Theorem ladder: first-order rung (GRPO, pocket-0.3m, one update per rollout)", "theorem/theorem.json"),
+    (
+        "Study B, warm start of 150 supervised steps: unordered 4-number countdown, pocket-0.1m, GRPO, seeds 1000-1004",
+        "family_b/ws150/mechanism.json",
+    ),
+    (
+        "Study B, warm start of 500 supervised steps: unordered 4-number countdown, pocket-0.1m, GRPO, seeds 1000-1004",
+        "family_b/ws500/mechanism.json",
+    ),
 ]
 
 
