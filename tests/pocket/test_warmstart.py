@@ -32,3 +32,6 @@ def test_warm_start_is_cached_and_learns(tiny, tmp_path):
     # the key separates seeds and settings
     other = load_config(tiny, ["seed=1"])
     assert cache_key(other, len(tok)) != cache_key(cfg, len(tok))
+    # and thread counts: another count rounds differently, so it trains (and caches) its own warm start
+    threads = load_config(tiny, [f"train.threads={cfg.train.threads + 1}"])
+    assert cache_key(threads, len(tok)) != cache_key(cfg, len(tok))

@@ -44,6 +44,7 @@ def cache_key(cfg: RunConfig, vocab_size: int) -> str:
         },
         "vocab": vocab_size,
         "max_new_tokens": cfg.train.max_new_tokens,
+        "threads": cfg.train.threads,  # the thread count changes float rounding, so the trained weights
         "v": 2,
     }
     return f"{cfg.model.name}-{Path(cfg.task.name).stem}-s{cfg.seed}-{config_hash(ident)}"
