@@ -46,8 +46,8 @@ def _items(items) -> dict:
 
 
 def wandb_runs(run_dir: Path) -> list[dict]:
-    """Every offline W&B run under ``run_dir/wandb``, oldest first: id, entity, project, group, name, tags, config,
-    summary (the last value of each key) and history (step -> logged values)."""
+    """Every offline W&B run under ``run_dir/wandb``, oldest first (by start time): id, entity, project, group,
+    name, tags, config, summary (the last value of each key) and history (step -> logged values)."""
     from wandb.proto import wandb_internal_pb2 as pb
 
     runs = []
@@ -68,6 +68,7 @@ def wandb_runs(run_dir: Path) -> list[dict]:
                     name=r.display_name,
                     tags=list(r.tags),
                     resumed=r.resumed,
+                    start_ns=r.start_time.seconds * 10**9 + r.start_time.nanos,
                 )
                 run["config"].update(_items(r.config.update))
             elif kind == "config":
@@ -78,7 +79,9 @@ def wandb_runs(run_dir: Path) -> list[dict]:
                 row = _items(rec.history.item)
                 run["history"].setdefault(int(row.get("_step", rec.history.step.num)), {}).update(row)
         runs.append(run)
-    return runs
+    # oldest first by the run's own start time: the folder names hold whole seconds only, so two attempts started
+    # within one second would sort by their random ids
+    return sorted(runs, key=lambda r: (r.get("start_ns", 0), r["dir"]))
 
 
 def tb_accumulator(log_dir: Path):
