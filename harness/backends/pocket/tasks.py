@@ -17,6 +17,7 @@ on the run seed (the split seed is fixed per task), and grades a response with a
 from __future__ import annotations
 
 import ast
+import functools
 import itertools
 import json
 import random
@@ -118,6 +119,7 @@ class Arith(Task):
 _ALLOWED_EXPR = re.compile(r"^[0-9+\-*() ]+$")
 
 
+@functools.lru_cache(maxsize=1 << 16)  # rewards re-read the same few answers thousands of times
 def safe_eval(expr: str):
     """Integer value of an expression of ints, + - * and parentheses; None for anything else."""
     if not expr or len(expr) > 64 or not _ALLOWED_EXPR.match(expr):

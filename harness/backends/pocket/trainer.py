@@ -477,7 +477,8 @@ class PocketTrainer:
         )
 
     def _score(self, batch: Batch, problems, n) -> torch.Tensor:
-        texts = [self.tok.decode(r[m.bool()].tolist()) for r, m in zip(batch.responses.cpu(), batch.mask.cpu())]
+        rows, masks = batch.responses.tolist(), batch.mask.bool().tolist()  # plain lists: no per-row tensor ops
+        texts = [self.tok.decode([t for t, keep in zip(r, m) if keep]) for r, m in zip(rows, masks)]
         return torch.tensor([self.task.verify(t, problems[i // n]) for i, t in enumerate(texts)], dtype=torch.float32)
 
     def _answer(self, request: GenerateRequest):
