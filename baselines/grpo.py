@@ -6,9 +6,12 @@ Loss: PPO clip with eps_low = eps_high = 0.2, token-mean; no dual-clip, no log-r
 scripts' settings; ``clip_ratio_c: 3`` and ``log_ratio_clamp: 20`` give verl's and OpenRLHF's, docs/conventions.md).
 """
 
-import torch
+from __future__ import annotations
 
+from harness.lazy import lazy_import
 from harness.method import Method, option, register_advantage, register_method
+
+torch = lazy_import("torch")
 
 GRPO_EPS = 1e-6
 

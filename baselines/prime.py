@@ -15,13 +15,16 @@ method exposes those as its ``prm_*`` hyperparameters.
 Deviation: groups of one response raise (the leave-one-out baseline divides by n - 1).
 """
 
+from __future__ import annotations
+
 import dataclasses
 
-import torch
-import torch.nn.functional as F
-
 from harness import ops
+from harness.lazy import lazy_import
 from harness.method import AuxiliaryModel, Method, hparam, option, register_advantage, register_method
+
+torch = lazy_import("torch")
+F = lazy_import("torch.nn.functional")
 
 PRIME_OPTIONS = {
     "beta": option(0.05, "implicit-reward scale beta (PRM loss and rewards)", low=0.0, low_open=True),

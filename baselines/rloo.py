@@ -4,9 +4,12 @@ Computed as (n s_i - sum_g) / (n - 1), verl's form. A group of one response keep
 Loss: PPO clip (0.2, 0.2), token-mean.
 """
 
-import torch
+from __future__ import annotations
 
+from harness.lazy import lazy_import
 from harness.method import Method, hparam, register_advantage, register_method
+
+torch = lazy_import("torch")
 
 
 @register_advantage("rloo")

@@ -12,11 +12,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import torch
-
 from harness import ops
+from harness.lazy import lazy_import
 from harness.method import MethodBase, hparam
 from harness.selection import SCOPES, covariance_means, distributed_active
+
+torch = lazy_import("torch")
 
 
 @dataclass

@@ -41,11 +41,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-import torch
-
 from harness import ops
+from harness.lazy import lazy_import
 from harness.registry import Registry, suggestion
 from harness.validation import check_group_ids, check_mask, check_sample_tensor, check_token_tensor, valid_tokens
+
+torch = lazy_import("torch")
 
 METHODS: Registry[type[Method]] = Registry(
     "method", autoload=["harness.baselines", "harness.methods"], entry_points="entropy_harness.methods"

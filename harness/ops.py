@@ -7,10 +7,14 @@ Conventions (the official verl fork's): ``mask`` is (B, T) with 1 on response to
 
 from __future__ import annotations
 
+import functools
 import math
 
 import numpy as np
-import torch
+
+from harness.lazy import lazy_import
+
+torch = lazy_import("torch")
 
 EPS_MEAN = 1e-8  # verl masked_mean / token-mean denominator
 # aggregation mode -> what its normaliser counts (``micro_batch_weight`` weights a micro-batch by its share of it)
@@ -233,45 +237,51 @@ def global_normaliser_scale(
 DEFAULT_VOCAB_CHUNK = 8192
 
 
-class _StreamingEntropy(torch.autograd.Function):
-    """H(z) = logsumexp(z) - sum softmax(z) * z, accumulated over vocabulary chunks with an online max.
+@functools.cache
+def _streaming_entropy() -> type:
+    """The autograd function below, defined on first use (torch is imported lazily: harness/lazy.py)."""
 
-    Forward keeps O(rows x chunk) temporaries; backward recomputes p chunk by chunk:
-    dH/dz = -p * (z - E_p[z]).
-    """
+    class StreamingEntropy(torch.autograd.Function):
+        """H(z) = logsumexp(z) - sum softmax(z) * z, accumulated over vocabulary chunks with an online max.
 
-    @staticmethod
-    def forward(ctx, logits: torch.Tensor, chunk: int):
-        rows = logits.reshape(-1, logits.shape[-1])
-        acc = torch.float32 if rows.dtype in (torch.float16, torch.bfloat16) else rows.dtype
-        run_max = torch.full((rows.shape[0], 1), -math.inf, dtype=acc, device=rows.device)
-        sum_exp = torch.zeros_like(run_max)
-        sum_exp_z = torch.zeros_like(run_max)
-        for start in range(0, rows.shape[1], chunk):
-            z = rows[:, start : start + chunk].to(acc)
-            new_max = torch.maximum(run_max, z.amax(-1, keepdim=True))
-            scale = torch.exp(run_max - new_max)
-            e = (z - new_max).exp_()
-            sum_exp = sum_exp * scale + e.sum(-1, keepdim=True)
-            sum_exp_z = sum_exp_z * scale + (e.mul_(z)).sum(-1, keepdim=True)
-            run_max = new_max
-        lse = run_max + sum_exp.log()
-        mean_z = sum_exp_z / sum_exp
-        ctx.save_for_backward(logits, lse, mean_z)
-        ctx.chunk = chunk
-        return (lse - mean_z).reshape(logits.shape[:-1]).to(logits.dtype)
+        Forward keeps O(rows x chunk) temporaries; backward recomputes p chunk by chunk:
+        dH/dz = -p * (z - E_p[z]).
+        """
 
-    @staticmethod
-    def backward(ctx, grad_out: torch.Tensor):
-        logits, lse, mean_z = ctx.saved_tensors
-        rows = logits.reshape(-1, logits.shape[-1])
-        g = grad_out.reshape(-1, 1).to(lse.dtype)
-        grad = torch.empty_like(rows)
-        for start in range(0, rows.shape[1], ctx.chunk):
-            z = rows[:, start : start + ctx.chunk].to(lse.dtype)
-            p = (z - lse).exp_()
-            grad[:, start : start + ctx.chunk] = (p.mul_(mean_z - z).mul_(g)).to(grad.dtype)
-        return grad.reshape(logits.shape), None
+        @staticmethod
+        def forward(ctx, logits: torch.Tensor, chunk: int):
+            rows = logits.reshape(-1, logits.shape[-1])
+            acc = torch.float32 if rows.dtype in (torch.float16, torch.bfloat16) else rows.dtype
+            run_max = torch.full((rows.shape[0], 1), -math.inf, dtype=acc, device=rows.device)
+            sum_exp = torch.zeros_like(run_max)
+            sum_exp_z = torch.zeros_like(run_max)
+            for start in range(0, rows.shape[1], chunk):
+                z = rows[:, start : start + chunk].to(acc)
+                new_max = torch.maximum(run_max, z.amax(-1, keepdim=True))
+                scale = torch.exp(run_max - new_max)
+                e = (z - new_max).exp_()
+                sum_exp = sum_exp * scale + e.sum(-1, keepdim=True)
+                sum_exp_z = sum_exp_z * scale + (e.mul_(z)).sum(-1, keepdim=True)
+                run_max = new_max
+            lse = run_max + sum_exp.log()
+            mean_z = sum_exp_z / sum_exp
+            ctx.save_for_backward(logits, lse, mean_z)
+            ctx.chunk = chunk
+            return (lse - mean_z).reshape(logits.shape[:-1]).to(logits.dtype)
+
+        @staticmethod
+        def backward(ctx, grad_out: torch.Tensor):
+            logits, lse, mean_z = ctx.saved_tensors
+            rows = logits.reshape(-1, logits.shape[-1])
+            g = grad_out.reshape(-1, 1).to(lse.dtype)
+            grad = torch.empty_like(rows)
+            for start in range(0, rows.shape[1], ctx.chunk):
+                z = rows[:, start : start + ctx.chunk].to(lse.dtype)
+                p = (z - lse).exp_()
+                grad[:, start : start + ctx.chunk] = (p.mul_(mean_z - z).mul_(g)).to(grad.dtype)
+            return grad.reshape(logits.shape), None
+
+    return StreamingEntropy
 
 
 def entropy_from_logits(logits: torch.Tensor, chunk_size: int = DEFAULT_VOCAB_CHUNK) -> torch.Tensor:
@@ -282,4 +292,4 @@ def entropy_from_logits(logits: torch.Tensor, chunk_size: int = DEFAULT_VOCAB_CH
     """
     if chunk_size <= 0:
         raise ValueError(f"chunk_size must be a positive int, got {chunk_size}")
-    return _StreamingEntropy.apply(logits, int(chunk_size))
+    return _streaming_entropy().apply(logits, int(chunk_size))

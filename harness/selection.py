@@ -9,8 +9,10 @@ mini-batch was split into micro-batches or over GPUs.
 
 from __future__ import annotations
 
-import torch
-import torch.distributed as dist
+from harness.lazy import lazy_import
+
+torch = lazy_import("torch")
+dist = lazy_import("torch.distributed")
 
 SCOPES = ("micro_batch", "global")
 

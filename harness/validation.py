@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-import torch
+from harness.lazy import lazy_import
+
+torch = lazy_import("torch")
 
 
 def _tensor(name: str, x) -> torch.Tensor:

@@ -19,9 +19,12 @@ sees advantages only and takes the responses with A > 0. The two agree under the
 without filtering an all-correct group (A = 0) is left out of the NLL here.
 """
 
-import torch
+from __future__ import annotations
 
+from harness.lazy import lazy_import
 from harness.method import Method, TokenLoss, dual_clip, hparam, register_method
+
+torch = lazy_import("torch")
 
 __all__ = ["CEGPPO", "dual_clip"]
 RECIPES = ("paper", "official")

@@ -14,9 +14,12 @@ A clipping method with its own ``eps_*`` (bounds of the IS weight), not a PPO cl
 Differs from official: nothing known (MiniMax released no training code; its eps_high is not public).
 """
 
-import torch
+from __future__ import annotations
 
+from harness.lazy import lazy_import
 from harness.method import MethodBase, TokenLoss, hparam, register_method
+
+torch = lazy_import("torch")
 
 CONVENTIONS = ("verl", "trl")
 LOG_RATIO_CLAMP = 20.0

@@ -8,11 +8,14 @@ They stay in the token-mean denominator. ``scope="global"`` draws over the whole
 A PPO-clip method: ``clip_ratio_c`` and ``log_ratio_clamp`` are available, off as in the official code.
 """
 
-import torch
+from __future__ import annotations
 
 from harness.covariance import CovarianceMethod
+from harness.lazy import lazy_import
 from harness.method import Method, TokenLoss, hparam, register_method
 from harness.selection import random_subset_mask
+
+torch = lazy_import("torch")
 
 
 @register_method("clip_cov")

@@ -13,9 +13,10 @@ runs use the value chosen by the rescaling sweep (docs/pocket.md). Differs from 
 
 from __future__ import annotations
 
-import torch
-
+from harness.lazy import lazy_import
 from harness.method import ADVANTAGES, Method, hparam, option, register_advantage, register_method
+
+torch = lazy_import("torch")
 
 ENTROPY_ADVANTAGE_OPTIONS = {
     "alpha": option(0.4, "entropy weight alpha", low=0.0),

@@ -21,10 +21,13 @@ mean (no peer clamps GSPO's; off by default).
 Differs from official: nothing known beyond the choice of defaults above (seq-mean-token-mean, skip).
 """
 
-import torch
+from __future__ import annotations
 
 from harness import ops
+from harness.lazy import lazy_import
 from harness.method import Method, TokenLoss, hparam, register_method
+
+torch = lazy_import("torch")
 
 LEVELS = ("sequence", "token")
 VERL_LOG_RATIO_MAX = 10.0  # verl clamps log s_it at <= 10 "for numerical stability"

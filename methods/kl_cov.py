@@ -12,11 +12,14 @@ kl_cov scripts set clip_ratio 0.2/0.2, unused) and verl's merged KL-Cov has none
 configs written before record them at 0.2, which is accepted and ignored so their run ids hold.
 """
 
-import torch
+from __future__ import annotations
 
 from harness.covariance import CovarianceMethod
+from harness.lazy import lazy_import
 from harness.method import TokenLoss, hparam, register_method
 from harness.selection import top_k_mask
+
+torch = lazy_import("torch")
 
 
 @register_method("kl_cov")

@@ -11,10 +11,13 @@ and ignored so their run ids hold; any other value is refused).
 Differs from official: ``agg`` may be changed here. No token is ever "clipped" (clipfrac is 0).
 """
 
-import torch
+from __future__ import annotations
 
 from harness import ops
+from harness.lazy import lazy_import
 from harness.method import MethodBase, TokenLoss, hparam, register_method
+
+torch = lazy_import("torch")
 
 LOG_RATIO_CLAMP = 20.0
 

@@ -15,10 +15,13 @@ Differs from official: the official computes discounted returns of a last-token 
 every token); PSR/NSR (training on only the correct / only the wrong responses) are not offered.
 """
 
-import torch
+from __future__ import annotations
 
 from harness import ops
+from harness.lazy import lazy_import
 from harness.method import Method, hparam, option, register_advantage, register_method
+
+torch = lazy_import("torch")
 
 OFFICIAL_ENTROPY_COEF = 0.001  # verl's entropy_coeff default in the release's trainer config
 

@@ -4,6 +4,8 @@ each command module registers its parser with light imports and loads the heavy 
 import subprocess
 import sys
 
+import pytest
+
 from harness.results.cli import FORMATS
 
 
@@ -20,9 +22,51 @@ def test_help_imports_no_torch_pandas_or_transformers():
     assert _imported_after(code) == set()
 
 
-def test_import_harness_is_light_and_the_method_api_loads_on_use():
+def test_import_harness_is_light_and_torch_loads_on_first_tensor_use():
     assert _imported_after("import harness") == set()
-    assert "torch" in _imported_after("import harness\nharness.get_method('grpo')")
+    assert _imported_after("import harness\nharness.get_method('grpo')") == set()  # methods import torch lazily
+    first_use = "import harness.ops as ops\nops.masked_mean(ops.torch.ones(2), ops.torch.ones(2))"
+    assert "torch" in _imported_after(first_use)
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["methods"],
+        ["methods", "kl_cov"],
+        ["sweep", "sweeps/quickstart.yaml", "--dry-run"],  # config and method validation, population planning
+        ["sweep", "sweeps/paper_qwen25.yaml", "--dry-run"],  # OpenRLHF commands and memory plans
+        ["train", "sweeps/configs/pocket_countdown.yaml", "--dry-run"],
+        ["status", "{tmp}"],
+    ],
+    ids=lambda a: " ".join(a[:2]),
+)
+def test_commands_that_need_no_tensors_import_no_torch(argv, tmp_path):
+    argv = [a.replace("{tmp}", str(tmp_path)) for a in argv]
+    if argv[0] == "sweep":
+        argv += ["--runs-dir", str(tmp_path / "runs")]
+    code = (
+        "import contextlib, io, sys\n"
+        f"sys.argv = ['harness', *{argv!r}]\n"
+        "from harness.cli import main\n"
+        "with contextlib.redirect_stdout(io.StringIO()):\n"
+        "    try:\n"
+        "        main()\n"
+        "    except SystemExit as e:\n"
+        "        assert not e.code, e.code\n"
+    )
+    assert "torch" not in _imported_after(code)
+
+
+def test_a_lazy_module_is_the_real_module_once_used():
+    import harness.lazy as lazy
+
+    assert lazy.lazy_import("sys") is sys  # imported already: the module itself
+    proxy = lazy.LazyModule("json")
+    assert "not imported yet" in repr(proxy) or "json" in sys.modules
+    assert proxy.dumps([1]) == "[1]" and proxy.dumps is __import__("json").dumps
+    with pytest.raises(AttributeError):
+        _ = proxy.no_such_name
 
 
 def test_table_formats_listed_by_the_cli_are_the_tables():

@@ -5,6 +5,7 @@ from pathlib import Path
 from harness.backends import register_backend
 from harness.backends.base import Backend
 from harness.backends.pocket import options
+from harness.backends.pocket.population_rules import MEMBER_KEYS, why_apart
 
 
 @register_backend
@@ -49,11 +50,9 @@ class PocketBackend(Backend):
                 return out
         return export_run(config, run_dir, Path(out))
 
-    population_member_keys = ("seed", "method", "name", "logging")  # = population.MEMBER_KEYS (a test checks)
+    population_member_keys = MEMBER_KEYS
 
     def population_apart(self, configs):
-        from .population import why_apart
-
         return why_apart(configs)
 
     def train_population(self, configs, run_dirs):

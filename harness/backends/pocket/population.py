@@ -33,6 +33,7 @@ from harness import ops
 
 from . import stacked
 from .generate import Batch, _record, concat_batches, draw, sampling_logits
+from .population_rules import MEMBER_KEYS, why_apart  # noqa: F401 - re-exported
 from .stacked import FlatParams, StackedDecoder, logprobs_from_logits
 from .stacked_optim import StackedOptimizer
 from .trainer import (
@@ -49,8 +50,6 @@ from .trainer import (
     update_metrics,
 )
 
-# config keys members may differ in; everything else (model, task, batch shapes, steps, lr, eval) is shared
-MEMBER_KEYS = ("seed", "method", "name", "logging")
 CHUNK_ROWS = 512  # generation chunk (PocketTrainer._generate's chunk_size): the draws come in the same order
 # Members per set of stacked tensors (``Group``), and rows per batched generation call. At pocket sizes on a CPU
 # the step is bound by memory traffic more than by per-op overhead: stacking more members than this makes each
@@ -58,34 +57,6 @@ CHUNK_ROWS = 512  # generation chunk (PocketTrainer._generate's chunk_size): the
 # numbers do not depend on these (stacked.py).
 GROUP_MEMBERS = 4
 GENERATE_ROWS = 2048
-
-
-def why_apart(configs) -> str | None:
-    """None when the runs ``configs`` (RunConfig) can train as one population, else the reason (one line)."""
-    from harness.backends.pocket import models
-    from harness.config import diff_configs
-
-    if not configs:
-        return "no runs"
-    for c in configs:
-        if c.backend != "pocket":
-            return f"backend {c.backend!r} has no population training (pocket only)"
-        if not models.is_pocket(c.model.name):
-            return f"model.name {c.model.name!r} is not a pocket size (only pocket sizes are stacked)"
-    first = _shared(configs[0])
-    for c in configs[1:]:
-        diffs = diff_configs(first, _shared(c))
-        if diffs:
-            return "cells differ in " + "; ".join(diffs[:3]) + (f"; ... ({len(diffs)} keys)" if len(diffs) > 3 else "")
-    return None
-
-
-def _shared(cfg) -> dict:
-    d = cfg.to_dict()
-    for k in MEMBER_KEYS:
-        d.pop(k, None)
-    d["train"] = {k: v for k, v in d["train"].items()}
-    return d
 
 
 def _warm_start_busy(cfg) -> bool:
