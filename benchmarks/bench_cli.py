@@ -11,14 +11,25 @@ import os
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 
-COMMANDS = {
+
+def harness(*args: str) -> list[str]:
+    return [sys.executable, "-m", "harness", *args]
+
+
+COMMANDS = {  # "{tmp}": a fresh temporary folder
     "python -c pass (floor)": [sys.executable, "-c", "pass"],
-    "harness --help": [sys.executable, "-m", "harness", "--help"],
-    "harness table --help": [sys.executable, "-m", "harness", "table", "--help"],
-    "harness methods": [sys.executable, "-m", "harness", "methods"],
+    "harness --help": harness("--help"),
+    "harness table --help": harness("table", "--help"),
+    "harness methods": harness("methods"),
+    "harness methods kl_cov": harness("methods", "kl_cov"),
+    "status quickstart (not run)": harness("status", "sweeps/quickstart.yaml", "--runs-dir", "{tmp}/none"),
+    "sweep quickstart --dry-run": harness("sweep", "sweeps/quickstart.yaml", "--dry-run", "--runs-dir", "{tmp}/r"),
+    "sweep paper_qwen25 --dry-run": harness("sweep", "sweeps/paper_qwen25.yaml", "--dry-run", "--runs-dir", "{tmp}/r"),
 }
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def main() -> None:
@@ -27,11 +38,12 @@ def main() -> None:
     args = ap.parse_args()
     print(f"load average {os.getloadavg()[0]:.1f}; {args.repeats} runs each, interleaved")
     times: dict[str, list[float]] = {k: [] for k in COMMANDS}
-    for _ in range(args.repeats):
-        for name, cmd in COMMANDS.items():
-            t = time.perf_counter()
-            subprocess.run(cmd, capture_output=True, check=True)
-            times[name].append(time.perf_counter() - t)
+    with tempfile.TemporaryDirectory() as tmp:
+        for _ in range(args.repeats):
+            for name, cmd in COMMANDS.items():
+                t = time.perf_counter()
+                subprocess.run([c.replace("{tmp}", tmp) for c in cmd], capture_output=True, check=True, cwd=ROOT)
+                times[name].append(time.perf_counter() - t)
     print(f"{'command':28s} {'min s':>7s} {'median s':>9s}")
     for name, ts in times.items():
         print(f"{name:28s} {min(ts):7.3f} {statistics.median(ts):9.3f}")

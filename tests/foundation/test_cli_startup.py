@@ -3,16 +3,19 @@ each command module registers its parser with light imports and loads the heavy 
 
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
 from harness.results.cli import FORMATS
 
+ROOT = Path(__file__).resolve().parents[2]
+
 
 def _imported_after(code: str) -> set[str]:
     heavy = "('torch', 'pandas', 'transformers')"
     probe = f"{code}\nimport sys\nprint(' '.join(sorted(m for m in {heavy} if m in sys.modules)))"
-    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120)
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120, cwd=ROOT)
     assert out.returncode == 0, out.stderr
     return set(out.stdout.split())
 
@@ -37,7 +40,7 @@ def test_import_harness_is_light_and_torch_loads_on_first_tensor_use():
         ["sweep", "sweeps/quickstart.yaml", "--dry-run"],  # config and method validation, population planning
         ["sweep", "sweeps/paper_qwen25.yaml", "--dry-run"],  # OpenRLHF commands and memory plans
         ["train", "sweeps/configs/pocket_countdown.yaml", "--dry-run"],
-        ["status", "{tmp}"],
+        ["status", "sweeps/quickstart.yaml", "--runs-dir", "{tmp}/none"],  # every cell's state, from the spec
     ],
     ids=lambda a: " ".join(a[:2]),
 )
@@ -50,10 +53,8 @@ def test_commands_that_need_no_tensors_import_no_torch(argv, tmp_path):
         f"sys.argv = ['harness', *{argv!r}]\n"
         "from harness.cli import main\n"
         "with contextlib.redirect_stdout(io.StringIO()):\n"
-        "    try:\n"
-        "        main()\n"
-        "    except SystemExit as e:\n"
-        "        assert not e.code, e.code\n"
+        "    code = main(sys.argv[1:])\n"
+        "assert code == 0, code\n"
     )
     assert "torch" not in _imported_after(code)
 
