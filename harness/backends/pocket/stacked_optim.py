@@ -32,6 +32,14 @@ class StackedOptimizer:
         self.steps = [0] * M
         self.exp_avg = torch.zeros_like(flat, requires_grad=False) if kind != "sgd" else None
         self.exp_avg_sq = torch.zeros_like(flat, requires_grad=False) if kind != "sgd" else None
+        self._buffers: tuple[torch.Tensor, torch.Tensor] | None = None
+
+    def _scratch(self, shape) -> tuple[torch.Tensor, torch.Tensor]:
+        """Two work buffers of ``shape``, kept between steps."""
+        if self._buffers is None or self._buffers[0].shape != shape:
+            like = self.params.flat
+            self._buffers = tuple(torch.empty(shape, dtype=like.dtype, device=like.device) for _ in range(2))
+        return self._buffers
 
     def _column(self, values, rows) -> torch.Tensor:
         flat = self.params.flat
@@ -83,8 +91,11 @@ class StackedOptimizer:
             m2.mul_(b2).addcmul_(g, g, value=1 - b2)
             step_size = self._column({m: self.lr[m] / (1 - b1 ** self.steps[m]) for m in rows}, rows)
             bc2_sqrt = self._column({m: math.sqrt(1 - b2 ** self.steps[m]) for m in rows}, rows)
-            denom = (m2.sqrt() / bc2_sqrt).add_(self.eps)
-            p.sub_(m1 / denom * step_size)
+            # (m2.sqrt() / bc2_sqrt + eps) and m1 / denom * step_size, op for op, into kept buffers: a fresh
+            # (M, N) temporary per op cost as much as the arithmetic at pocket-1m (page faults)
+            denom, update = self._scratch(m2.shape)
+            torch.sqrt(m2, out=denom).div_(bc2_sqrt).add_(self.eps)
+            p.sub_(torch.div(m1, denom, out=update).mul_(step_size))
             if not whole:
                 self.exp_avg[index], self.exp_avg_sq[index] = m1, m2
         if not whole:
