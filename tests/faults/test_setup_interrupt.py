@@ -16,6 +16,13 @@ from harness.rundir import is_locked
 from harness.sweeps.status import cell_status
 
 
+def _as_in_a_terminal():
+    """SIGINT at its default in the sweep process, as under a terminal: a test run started as a background job of a
+    non-interactive shell (a CI script's ``cmd &``) passes SIGINT on ignored, and Python then never raises
+    KeyboardInterrupt."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def test_ctrl_c_during_a_cells_warm_start_stops_it_and_the_resubmission_finishes_it(tmp_path, fx):
     base = fx.warm_base(tmp_path, steps=3, max_steps=250, check_every=250)  # a warm start of about 7 s
     (tmp_path / "s.yaml").write_text(yaml.safe_dump({"name": "setup", "base": base, "seeds": [0]}))
@@ -33,7 +40,14 @@ def test_ctrl_c_during_a_cells_warm_start_stops_it_and_the_resubmission_finishes
         "--no-progress",
     ]
     p = subprocess.Popen(
-        cmd, cwd=tmp_path, env=fx.ENV, start_new_session=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        cmd,
+        cwd=tmp_path,
+        env=fx.ENV,
+        start_new_session=True,
+        preexec_fn=_as_in_a_terminal,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
     )
     try:
         t0 = time.time()
