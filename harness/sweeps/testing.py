@@ -37,6 +37,13 @@ ENV_KEYS = (
 )
 
 
+def as_in_a_terminal() -> None:
+    """``preexec_fn`` for a test that Ctrl-Cs a sweep: SIGINT at its default, as under a terminal. A test run started
+    as a background job of a non-interactive shell (a CI script's ``cmd &``) passes SIGINT on ignored, and Python
+    then never raises KeyboardInterrupt."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def tiny_pocket_base(steps: int = 2, checkpoint_every: int = 1) -> dict:
     """A real pocket run config small enough for sweep tests: a few seconds on the smallest model, no warm start."""
     return {

@@ -14,13 +14,7 @@ import yaml
 
 from harness.rundir import is_locked
 from harness.sweeps.status import cell_status
-
-
-def _as_in_a_terminal():
-    """SIGINT at its default in the sweep process, as under a terminal: a test run started as a background job of a
-    non-interactive shell (a CI script's ``cmd &``) passes SIGINT on ignored, and Python then never raises
-    KeyboardInterrupt."""
-    signal.signal(signal.SIGINT, signal.SIG_DFL)
+from harness.sweeps.testing import as_in_a_terminal
 
 
 def test_ctrl_c_during_a_cells_warm_start_stops_it_and_the_resubmission_finishes_it(tmp_path, fx):
@@ -44,7 +38,7 @@ def test_ctrl_c_during_a_cells_warm_start_stops_it_and_the_resubmission_finishes
         cwd=tmp_path,
         env=fx.ENV,
         start_new_session=True,
-        preexec_fn=_as_in_a_terminal,
+        preexec_fn=as_in_a_terminal,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,

@@ -11,16 +11,9 @@ from pathlib import Path
 
 import yaml
 
-from harness.sweeps.testing import tiny_pocket_base
+from harness.sweeps.testing import as_in_a_terminal, tiny_pocket_base
 
 REPO = Path(__file__).resolve().parents[2]
-
-
-def _as_in_a_terminal():
-    """SIGINT at its default in the sweep process, as under a terminal: a test run started as a background job of a
-    non-interactive shell (a CI script's ``cmd &``) passes SIGINT on ignored, and Python then never raises
-    KeyboardInterrupt."""
-    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 def test_ctrl_c_of_a_local_sweep_is_quiet_and_leaves_a_resumable_cell(tmp_path):
@@ -35,7 +28,7 @@ def test_ctrl_c_of_a_local_sweep_is_quiet_and_leaves_a_resumable_cell(tmp_path):
         cwd=tmp_path,
         env=env,
         start_new_session=True,
-        preexec_fn=_as_in_a_terminal,
+        preexec_fn=as_in_a_terminal,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,

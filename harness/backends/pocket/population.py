@@ -33,7 +33,7 @@ from harness import ops
 
 from . import stacked
 from .generate import Batch, _record, concat_batches, draw, sampling_logits
-from .population_rules import MEMBER_KEYS, why_apart  # noqa: F401 - re-exported
+from .population_rules import why_apart
 from .stacked import FlatParams, StackedDecoder, logprobs_from_logits
 from .stacked_optim import StackedOptimizer
 from .trainer import (
