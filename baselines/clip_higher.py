@@ -1,6 +1,6 @@
 """Clip-higher (DAPO, Yu et al. 2025): GRPO with a wider upper clip, eps_low = 0.2, eps_high = 0.28."""
 
-from harness.method import Method, hparam, register_method
+from harness.kernel.method import Method, hparam, register_method
 
 
 @register_method("clip_higher")

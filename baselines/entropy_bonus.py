@@ -1,11 +1,11 @@
 """Entropy bonus: the GRPO loss minus ``coef`` x the aggregated token entropy (verl ``entropy_coeff``).
 
 loss = pg_loss - coef * agg(entropy, mask, agg); ``entropy`` must be the differentiable per-token entropy of
-the current policy (harness.ops.entropy_from_logits on temperature-scaled logits). The official entropy-mechanism
+the current policy (harness.kernel.ops.entropy_from_logits on temperature-scaled logits). The official entropy-mechanism
 scripts run with coef = 0; 1e-3 here is verl's historical default and the middle of the paper's alpha sweep.
 """
 
-from harness.method import Method, hparam, register_method
+from harness.kernel.method import Method, hparam, register_method
 
 
 @register_method("entropy_bonus")

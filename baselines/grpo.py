@@ -8,8 +8,8 @@ scripts' settings; ``clip_ratio_c: 3`` and ``log_ratio_clamp: 20`` give verl's a
 
 from __future__ import annotations
 
-from harness.lazy import lazy_import
-from harness.method import Method, option, register_advantage, register_method
+from harness.kernel.lazy import lazy_import
+from harness.kernel.method import Method, option, register_advantage, register_method
 
 torch = lazy_import("torch")
 
@@ -19,7 +19,7 @@ GRPO_EPS = 1e-6
 @register_advantage("grpo", options={"std_normalize": option(True, "divide by the group std (False: Dr. GRPO)")})
 def grpo_advantage(scores, group, n_groups, mask, options):
     """Group-normalised outcome advantage, broadcast over the response tokens."""
-    from harness.ops import group_stats
+    from harness.kernel.ops import group_stats
 
     count, _, mean, std = group_stats(scores, group, n_groups)
     single = count == 1

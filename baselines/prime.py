@@ -19,9 +19,9 @@ from __future__ import annotations
 
 import dataclasses
 
-from harness import ops
-from harness.lazy import lazy_import
-from harness.method import AuxiliaryModel, Method, hparam, option, register_advantage, register_method
+from harness.kernel import ops
+from harness.kernel.lazy import lazy_import
+from harness.kernel.method import AuxiliaryModel, Method, hparam, option, register_advantage, register_method
 
 torch = lazy_import("torch")
 F = lazy_import("torch.nn.functional")

@@ -6,8 +6,8 @@ Loss: PPO clip (0.2, 0.2), token-mean.
 
 from __future__ import annotations
 
-from harness.lazy import lazy_import
-from harness.method import Method, hparam, register_advantage, register_method
+from harness.kernel.lazy import lazy_import
+from harness.kernel.method import Method, hparam, register_advantage, register_method
 
 torch = lazy_import("torch")
 
@@ -15,7 +15,7 @@ torch = lazy_import("torch")
 @register_advantage("rloo")
 def rloo_advantage(scores, group, n_groups, mask, options):
     """Leave-one-out baseline, broadcast over the response tokens."""
-    from harness.ops import group_stats
+    from harness.kernel.ops import group_stats
 
     count, total, _, _ = group_stats(scores, group, n_groups)
     s = scores.float()

@@ -63,7 +63,7 @@ def bench_losses(b: int, t: int, repeats: int, padding: float = 0.0, clock=time.
     def bare_kl_cov():
         lp = lp0.clone().requires_grad_()
         tok = kl.per_token_loss(lp, old, adv, mask)
-        harness.ops.agg_loss(tok.loss, mask, kl.agg).backward()
+        harness.kernel.ops.agg_loss(tok.loss, mask, kl.agg).backward()
 
     steps[BARE] = bare_kl_cov
     return time_round_robin(steps, repeats, clock)
@@ -74,7 +74,7 @@ BARE = "bare KL-Cov loss (baseline)"
 
 ENTROPY_CHILD = r"""
 import json, resource, sys, time, torch
-from harness.ops import entropy_from_logits
+from harness.kernel.ops import entropy_from_logits
 route, rows, vocab = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
 torch.manual_seed(0)
 logits = torch.empty(rows, vocab).normal_(0, 3)  # in place: no temporary inflates the baseline peak

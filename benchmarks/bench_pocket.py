@@ -39,7 +39,7 @@ ONE_THREAD = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
 
 # ---------------------------------------------------------------------------------------------- set-up
 def run_config(model: str, overrides=()):
-    from harness.config import load_config
+    from harness.run.config import load_config
 
     return load_config(
         str(BASE),

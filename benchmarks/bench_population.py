@@ -33,7 +33,7 @@ POPULATION = """
 import json, sys
 from pathlib import Path
 from harness.backends.pocket.population_runner import run_population
-from harness.config import load_config
+from harness.run.config import load_config
 spec = json.loads(Path(sys.argv[1]).read_text())
 out = run_population([load_config(c) for c in spec["configs"]], [Path(d) for d in spec["dirs"]], quiet=True)
 bad = [r for r in out if not isinstance(r, dict) or r.get("status") not in ("completed", "insufficient_updates")]
@@ -42,7 +42,7 @@ sys.exit(1 if bad else 0)
 
 
 def configs(size: str, seeds: int, steps: int, cache: Path) -> list[dict]:
-    from harness.config import load_config
+    from harness.run.config import load_config
 
     return [
         load_config(

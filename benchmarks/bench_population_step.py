@@ -17,7 +17,7 @@ import torch
 
 from harness.backends.pocket.population import Population
 from harness.backends.pocket.trainer import PocketTrainer
-from harness.config import load_config
+from harness.run.config import load_config
 
 BASE = Path(__file__).resolve().parents[1] / "sweeps" / "configs" / "pocket_countdown.yaml"
 

@@ -52,7 +52,7 @@ def worker(arm: str, steps: int, threads: int) -> dict:
 
     from harness.backends.pocket import generate as G
     from harness.backends.pocket import trainer as T
-    from harness.config import load_config
+    from harness.run.config import load_config
 
     G.use_reference_path(arm == "hf")
     cfg = load_config(str(CONFIG), overrides=[*OVERRIDES, f"train.threads={threads}"])

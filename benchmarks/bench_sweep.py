@@ -5,7 +5,7 @@
 
 Without a running cluster (SLURM_CONF unset) it starts one in a temporary directory (root + the Debian
 packages, see scripts/ci_slurm.sh) and stops it afterwards. The spec is real: pocket run configs validated
-by harness.config.load_config (7 methods x 2 model sizes x seeds), two resource groups -> two sbatch arrays.
+by harness.run.config.load_config (7 methods x 2 model sizes x seeds), two resource groups -> two sbatch arrays.
 Jobs are submitted held (`--hold`) and cancelled afterwards, so only the submission is measured.
 Target: <= 10 s for 200 cells.
 """

@@ -22,8 +22,8 @@ from pathlib import Path
 from tqdm.auto import tqdm
 
 from harness import provenance
+from harness.evals.result import SuiteResult
 from harness.io import atomic_write_json, read_jsonl, write_jsonl
-from harness.records import SuiteResult
 
 from .metrics import answer_key, summarize
 from .suites import Protocol, Suite

@@ -12,10 +12,10 @@ COMMAND_MODULES = [
     "harness.commands.train",
     "harness.commands.export",
     "harness.commands.data",
-    "harness.sweeps.cli",
-    "harness.evals.cli",
-    "harness.results.cli",
-    "harness.theory.cli",
+    "harness.commands.sweep",
+    "harness.commands.eval",
+    "harness.commands.results",
+    "harness.commands.theory",
     "harness.commands.site",
 ]
 

@@ -23,8 +23,8 @@ from __future__ import annotations
 
 import math
 
-from harness import ops
-from harness.method import Method, TokenLoss, hparam, register_method
+from harness.kernel import ops
+from harness.kernel.method import Method, TokenLoss, hparam, register_method
 
 VARIANTS = {"skywork": ("rollout/neg_logprob", "<", True), "trl": ("entropy/rollout_token_mean", "<=", False)}
 

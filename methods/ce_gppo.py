@@ -21,8 +21,8 @@ without filtering an all-correct group (A = 0) is left out of the NLL here.
 
 from __future__ import annotations
 
-from harness.lazy import lazy_import
-from harness.method import Method, TokenLoss, dual_clip, hparam, register_method
+from harness.kernel.lazy import lazy_import
+from harness.kernel.method import Method, TokenLoss, dual_clip, hparam, register_method
 
 torch = lazy_import("torch")
 

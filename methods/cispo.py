@@ -16,8 +16,8 @@ Differs from official: nothing known (MiniMax released no training code; its eps
 
 from __future__ import annotations
 
-from harness.lazy import lazy_import
-from harness.method import MethodBase, TokenLoss, hparam, register_method
+from harness.kernel.lazy import lazy_import
+from harness.kernel.method import MethodBase, TokenLoss, hparam, register_method
 
 torch = lazy_import("torch")
 

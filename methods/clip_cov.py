@@ -10,10 +10,10 @@ A PPO-clip method: ``clip_ratio_c`` and ``log_ratio_clamp`` are available, off a
 
 from __future__ import annotations
 
-from harness.covariance import CovarianceMethod
-from harness.lazy import lazy_import
-from harness.method import Method, TokenLoss, hparam, register_method
-from harness.selection import random_subset_mask
+from harness.kernel.covariance import CovarianceMethod
+from harness.kernel.lazy import lazy_import
+from harness.kernel.method import Method, TokenLoss, hparam, register_method
+from harness.kernel.selection import random_subset_mask
 
 torch = lazy_import("torch")
 

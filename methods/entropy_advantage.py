@@ -13,8 +13,8 @@ runs use the value chosen by the rescaling sweep (docs/pocket.md). Differs from 
 
 from __future__ import annotations
 
-from harness.lazy import lazy_import
-from harness.method import ADVANTAGES, Method, hparam, option, register_advantage, register_method
+from harness.kernel.lazy import lazy_import
+from harness.kernel.method import ADVANTAGES, Method, hparam, option, register_advantage, register_method
 
 torch = lazy_import("torch")
 

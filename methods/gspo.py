@@ -23,9 +23,9 @@ Differs from official: nothing known beyond the choice of defaults above (seq-me
 
 from __future__ import annotations
 
-from harness import ops
-from harness.lazy import lazy_import
-from harness.method import Method, TokenLoss, hparam, register_method
+from harness.kernel import ops
+from harness.kernel.lazy import lazy_import
+from harness.kernel.method import Method, TokenLoss, hparam, register_method
 
 torch = lazy_import("torch")
 

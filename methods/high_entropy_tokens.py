@@ -22,9 +22,9 @@ Differs from official: ties at the k-th entropy are broken by position (``torch.
 
 from __future__ import annotations
 
-from harness.lazy import lazy_import
-from harness.method import Method, TokenLoss, hparam, register_method
-from harness.selection import SCOPES, all_gather_values, all_reduce_sum, distributed_active, quantile, top_k_mask
+from harness.kernel.lazy import lazy_import
+from harness.kernel.method import Method, TokenLoss, hparam, register_method
+from harness.kernel.selection import SCOPES, all_gather_values, all_reduce_sum, distributed_active, quantile, top_k_mask
 
 torch = lazy_import("torch")
 

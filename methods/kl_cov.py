@@ -14,10 +14,10 @@ configs written before record them at 0.2, which is accepted and ignored so thei
 
 from __future__ import annotations
 
-from harness.covariance import CovarianceMethod
-from harness.lazy import lazy_import
-from harness.method import TokenLoss, hparam, register_method
-from harness.selection import top_k_mask
+from harness.kernel.covariance import CovarianceMethod
+from harness.kernel.lazy import lazy_import
+from harness.kernel.method import TokenLoss, hparam, register_method
+from harness.kernel.selection import top_k_mask
 
 torch = lazy_import("torch")
 

@@ -13,9 +13,9 @@ Differs from official: ``agg`` may be changed here. No token is ever "clipped" (
 
 from __future__ import annotations
 
-from harness import ops
-from harness.lazy import lazy_import
-from harness.method import MethodBase, TokenLoss, hparam, register_method
+from harness.kernel import ops
+from harness.kernel.lazy import lazy_import
+from harness.kernel.method import MethodBase, TokenLoss, hparam, register_method
 
 torch = lazy_import("torch")
 

@@ -17,9 +17,9 @@ every token); PSR/NSR (training on only the correct / only the wrong responses) 
 
 from __future__ import annotations
 
-from harness import ops
-from harness.lazy import lazy_import
-from harness.method import Method, hparam, option, register_advantage, register_method
+from harness.kernel import ops
+from harness.kernel.lazy import lazy_import
+from harness.kernel.method import Method, hparam, option, register_advantage, register_method
 
 torch = lazy_import("torch")
 

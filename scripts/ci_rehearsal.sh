@@ -28,12 +28,12 @@ t0=$(date +%s)
 stamp() { echo "rehearsal: $(( $(date +%s) - t0 )) s: $*"; }
 
 harness data prepare dapo-math-17k --source sample --out "$ASSETS"
-python -m harness.backends.openrlhf.rehearsal_assets --train "$ASSETS/dapo-math-17k.jsonl" --out "$ASSETS" >/dev/null
+python -m harness.backends.openrlhf.rehearsal.assets --train "$ASSETS/dapo-math-17k.jsonl" --out "$ASSETS" >/dev/null
 stamp "data and model ready ($ASSETS)"
 
 rm -rf "$RUNS"  # the rehearsal always trains (a finished cell would be skipped by the sweep)
 mkdir -p "$RESULTS"
-python -m harness.backends.openrlhf.rehearsal_check interrupt --spec "$SPEC" --runs-dir "$RUNS" --cell grpo__s0 \
+python -m harness.backends.openrlhf.rehearsal.check interrupt --spec "$SPEC" --runs-dir "$RUNS" --cell grpo__s0 \
   --after-step 2 --out "$RESULTS/interrupted.json" --log "$ASSETS/interrupted.log"
 stamp "grpo__s0 killed after its step-2 checkpoint"
 
@@ -60,7 +60,7 @@ harness sweep "$SPEC" --runs-dir "$RUNS" --no-progress
 stamp "sweep finished"
 harness status "$RUNS"
 harness table "$RUNS" --out "$RESULTS/leaderboard.md"
-python -m harness.backends.openrlhf.rehearsal_check verify --spec "$SPEC" --runs-dir "$RUNS" \
+python -m harness.backends.openrlhf.rehearsal.check verify --spec "$SPEC" --runs-dir "$RUNS" \
   --leaderboard "$RESULTS/leaderboard.md" --resumed "$RESULTS/interrupted.json" --out "$RESULTS/rehearsal.json"
 cat "$RESULTS/leaderboard.md"
 stamp "done (wall time $(( $(date +%s) - t0 )) s)"

@@ -35,8 +35,8 @@ mkdir -p "$RUN_DIR"
 import json, random, sys, time
 from pathlib import Path
 
-from harness.config import load_config
-from harness.runner import run
+from harness.run.config import load_config
+from harness.run.runner import run
 
 run_dir, model, steps, method = Path(sys.argv[1]), sys.argv[2], int(sys.argv[3]), sys.argv[4]
 rng = random.Random(0)

@@ -30,7 +30,7 @@ PIP=("$VENV/bin/python" -m pip install -q -c constraints.txt)
 "${PIP[@]}" torch==2.13.0
 "${PIP[@]}" --no-deps openrlhf==0.11.2
 # What openrlhf's trainer modules import at module level (reference note §16.2), minus flash-attn and vllm
-# (stubbed by harness.backends.openrlhf.cpu_stubs in the tests).
+# (stubbed by harness.backends.openrlhf.rehearsal.stubs in the tests).
 "${PIP[@]}" transformers==5.15.0 ray==2.55.0 peft pylatexenc sympy aiohttp datasets torchdata pillow \
   einops jsonlines tensorboard "pytest>=8" "pytest-timeout>=2.3"
 "${PIP[@]}" --no-build-isolation deepspeed==0.19.6

@@ -1,8 +1,18 @@
-"""Fixtures shared by every test folder."""
+"""Fixtures shared by every test folder. The repository root is importable (``tests.helpers``), here and in every
+process a test starts (PYTHONPATH): a sweep's job target ``tests.helpers.sweep_targets:behave`` runs in local and
+SLURM jobs."""
 
 import copy
+import os
+import sys
+from pathlib import Path
 
 import pytest
+
+ROOT = str(Path(__file__).resolve().parents[1])
+if ROOT not in sys.path:
+    sys.path.insert(0, ROOT)
+os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (ROOT, os.environ.get("PYTHONPATH")) if p)
 
 TINY = {
     "backend": "pocket",

@@ -7,9 +7,9 @@ A backend is a subclass of ``Backend`` registered once, as an instance, with ``@
     @register_backend
     class MyBackend(Backend):
         name = "mine"
-        sections = {"mine": MyOptions}          # config sections it types (dataclasses built by harness.schema)
+        sections = {"mine": MyOptions}          # config sections it types (dataclasses built by harness.kernel.fields)
         def validate(self, config): ...          # called by load_config; raises ConfigError
-        def train(self, config, run_dir, log): ...   # -> harness.records.RunResult; the runner writes result.json
+        def train(self, config, run_dir, log): ...   # -> harness.run.records.RunResult; the runner writes result.json
 
 Everything else has a default that fits a backend training in the process that runs it.
 """
@@ -40,7 +40,7 @@ class Backend:
         """Type and check the sections this backend owns; raise ``harness.errors.ConfigError``."""
 
     def train(self, config, run_dir: Path, log=print):
-        """Train one run into ``run_dir``, resuming from its checkpoints; return a ``harness.records.RunResult``."""
+        """Train one run into ``run_dir``, resuming from its checkpoints; return a ``harness.run.records.RunResult``."""
         raise NotImplementedError(f"backend {self.name!r} has no train()")
 
     def check_resume(self, config, run_dir: Path, old_config: dict | None = None) -> None:

@@ -16,7 +16,7 @@ from pathlib import Path
 def export_run(run_dir: str | os.PathLike, out: str | os.PathLike | None) -> Path:
     """Export the run at ``run_dir`` through its backend (a failed run is refused)."""
     from harness.backends import get_backend
-    from harness.config import load_config
+    from harness.run.config import load_config
 
     run_dir = Path(run_dir)
     if not (run_dir / "config.yaml").is_file():

@@ -13,20 +13,20 @@ def default_run_dir(cfg) -> Path:
 
 
 def handle(args) -> int:
-    from harness.config import load_config
-    from harness.runner import run
+    from harness.run.config import load_config
+    from harness.run.runner import run
 
     cfg = load_config(args.config, overrides=args.overrides)  # validates everything before any work
     run_dir = Path(args.run_dir) if args.run_dir else default_run_dir(cfg)
-    from harness.rundir import check_placement
+    from harness.run.rundir import check_placement
 
     check_placement(run_dir, "cell" if (run_dir / "cell.json").is_file() else "run")  # --dry-run refuses it too
     if args.dry_run:
-        from harness.after_training import describe as describe_eval
         from harness.backends import get_backend
+        from harness.run.after_training import describe as describe_eval
 
         if run_dir.is_dir():  # what the run directory holds is checked in a dry run too (reads only)
-            from harness.runner import check_run_dir
+            from harness.run.runner import check_run_dir
 
             check_run_dir(cfg, run_dir, args.force, get_backend(cfg.backend))
 
@@ -35,7 +35,7 @@ def handle(args) -> int:
         print(get_backend(cfg.backend).launch_command(cfg, run_dir))
         print(f"# {describe_eval(cfg)}")
         return 0
-    from harness.runner import FINISHED
+    from harness.run.runner import FINISHED
 
     result = run(cfg, run_dir, force=args.force)
     if result.get("status") not in FINISHED:

@@ -41,10 +41,10 @@ OPTIONAL = (
 # harness entry points: which of them import with the packages present
 HARNESS_MODULES = (
     "harness",
-    "harness.runner",
+    "harness.run.runner",
     "harness.backends.pocket.trainer",
     "harness.cli",
-    "harness.sweeps.cli",
+    "harness.commands.sweep",
     "harness.sweeps.submit",
     "harness.evals.math_grader",
     "harness.evals.metrics",
@@ -134,7 +134,7 @@ def check(ctx) -> dict:
         f"`python -m harness methods`: {'ok' if res['cli']['ok'] else res['cli']['error']}"
     )
     # the checks below need these; anything else missing is reported, not fatal
-    core = ("harness", "harness.runner", "harness.backends.pocket.trainer")
+    core = ("harness", "harness.run.runner", "harness.backends.pocket.trainer")
     bad = [n for n in core if not imports[n]["ok"]]
     if bad:
         res["status"] = "fail"

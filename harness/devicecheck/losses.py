@@ -94,7 +94,7 @@ def clip_cov_device_generator(x: dict, device: str) -> dict:
             "generator_device": device,
             "supported": False,
             "error": f"RuntimeError: {e}"[:500],
-            "note": "Clip-Cov's draw (harness.selection.random_subset_mask) cannot take a generator on this "
+            "note": "Clip-Cov's draw (harness.kernel.selection.random_subset_mask) cannot take a generator on this "
             "device; the pocket backend and the OpenRLHF plug-in pass CPU generators",
         }
     valid = x["mask"].bool()

@@ -4,7 +4,7 @@ on the device, by running the OpenRLHF test suite's training-step and agreement 
 
 What the suite needs beyond the machine: the wheels in ``.device_wheels/`` (``scripts/device_wheels.sh``;
 ``scripts/device_check.sh`` installs the missing ones), plus stand-ins for three packages that cannot travel or
-cannot run there: ``flash_attn`` and ``vllm`` (``harness.backends.openrlhf.cpu_stubs``, as in the CPU suite) and
+cannot run there: ``flash_attn`` and ``vllm`` (``harness.backends.openrlhf.rehearsal.stubs``, as in the CPU suite) and
 ``ray`` (``harness.devicecheck.raystub``: the cp312 ray 2.55.0 wheel is 70.3 MiB, over the 64 MiB a call carries;
 the training step never calls Ray). Without openrlhf/deepspeed importable the check is skipped and says which
 modules are missing and how large the wheels that would supply them are.
@@ -29,7 +29,7 @@ TOO_LARGE = {
 
 PROBE = r"""
 import sys
-from harness.backends.openrlhf import cpu_stubs
+from harness.backends.openrlhf.rehearsal import stubs as cpu_stubs
 from harness.devicecheck import raystub
 import torch
 torch.compile = lambda fn=None, *a, **k: fn if fn is not None else (lambda f: f)

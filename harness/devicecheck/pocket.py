@@ -1,4 +1,4 @@
-"""Check 4, pocket: real pocket runs (``harness.runner.run``, ``train.device`` set) of every method, a few steps
+"""Check 4, pocket: real pocket runs (``harness.run.runner.run``, ``train.device`` set) of every method, a few steps
 each on the CPU and on the device: metrics finite, the first step's metrics equal within tolerance, and seconds
 per step on the device against the CPU.
 
@@ -139,7 +139,7 @@ def step_seconds(rows) -> float | None:
 
 
 def one_method(name: str, hp: dict, ctx, work: Path) -> dict:
-    from harness.runner import run
+    from harness.run.runner import run
 
     method = {"name": name, **hp}
     cache = work / "cache"

@@ -31,8 +31,8 @@ from pathlib import Path
 import pandas as pd
 import yaml
 
-from harness.metrics import COMPLETED, FAILED, FINISHED, INSUFFICIENT_UPDATES, STEP
-from harness.records import task_label
+from harness.run.metrics import COMPLETED, FAILED, FINISHED, INSUFFICIENT_UPDATES, STEP
+from harness.run.records import task_label
 
 RUN_MARKERS = ("result.json", "metrics.jsonl", "config.yaml", "results.json")
 EVAL_ONLY = "results.json"  # `harness eval --out DIR` writes DIR/results.json: a model scored without training
@@ -85,7 +85,7 @@ def find_run_dirs(paths: Iterable[str | Path]) -> list[Path]:
 
 
 def _walk(d: Path, out: list[Path], inside: Path | None = None) -> None:
-    """Runs below a run are still read (never hidden), with a warning: nesting is a mistake (harness/rundir.py)."""
+    """Runs below a run are still read (never hidden), with a warning: nesting is a mistake (harness/run/rundir.py)."""
     if any((d / m).is_file() for m in RUN_MARKERS):
         if inside is not None:
             warnings.warn(
@@ -288,7 +288,7 @@ def method_label(method: str | None, advantage: str | None) -> str:
 
 
 # keys that are not a difference between experiments: every field declared ``measures=False`` in the config
-# schema (logging, paths, resources; harness.config.non_measuring_fields) and the grouping axes handled
+# schema (logging, paths, resources; harness.run.config.non_measuring_fields) and the grouping axes handled
 # elsewhere (seed = the replicate axis; eval.* = the eval protocol, checked per suite by the leaderboard;
 # method name/advantage = the label)
 _AXES = ("seed", "name", "eval.", "task.test_size", "method.name", "method.advantage")
@@ -306,7 +306,7 @@ def _flatten(d, prefix="") -> dict:
 
 
 def _ignored(key: str) -> bool:
-    from harness.config import non_measuring_fields
+    from harness.run.config import non_measuring_fields
 
     return key in non_measuring_fields() or any(key == p or (p.endswith(".") and key.startswith(p)) for p in _AXES)
 

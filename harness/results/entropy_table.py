@@ -4,7 +4,7 @@
 
 Per finished run, from its metrics.jsonl: the entropy (``entropy``) at its start and end and the training reward
 (``reward/mean``) at its end, each the mean over the first / last ``edge_steps(N)`` of its N logged steps
-(harness/metrics.py: N // 10, at least 1, at most 5; the window of result.json's summary, ``harness table`` and
+(harness/run/metrics.py: N // 10, at least 1, at most 5; the window of result.json's summary, ``harness table`` and
 ``harness mechanism``). Rows: methods in ``METHOD_ORDER``; n = runs. Intervals: harness.results.stats (Student t;
 Δ paired by seed). A bold Δ: its interval excludes zero. Runs of different models, tasks or settings get one
 table each (methods are compared only within one experiment).
@@ -15,7 +15,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from harness.metrics import ENTROPY_END, ENTROPY_START, REWARD_END, method_rank
+from harness.run.metrics import ENTROPY_END, ENTROPY_START, REWARD_END, method_rank
 
 from .collect import Collection, collect
 from .stats import excludes, mean_ci, paired_diff

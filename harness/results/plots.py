@@ -19,7 +19,7 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 import seaborn as sns  # noqa: E402
 
-from harness.metrics import COMPLETED, ENTROPY, EVAL_PREFIX, REWARD_MEAN, method_rank  # noqa: E402
+from harness.run.metrics import COMPLETED, ENTROPY, EVAL_PREFIX, REWARD_MEAN, method_rank  # noqa: E402
 
 from .collect import Collection  # noqa: E402
 from .fit import fit_groups, fit_size_trend  # noqa: E402

@@ -12,11 +12,11 @@ from pathlib import Path
 
 import pandas as pd
 
-from harness.metrics import COMPLETED, EVAL_PREFIX, eval_key
-from harness.metrics import ENTROPY as ENTROPY_KEY
-from harness.metrics import ENTROPY_GENERATED as GENERATED_KEY  # noqa: F401  (re-exported)
-from harness.metrics import ENTROPY_UPDATE_DELTA as UPDATE_DELTA_KEY  # noqa: F401  (re-exported)
-from harness.metrics import REWARD_MEAN as REWARD_KEY
+from harness.run.metrics import COMPLETED, EVAL_PREFIX, eval_key
+from harness.run.metrics import ENTROPY as ENTROPY_KEY
+from harness.run.metrics import ENTROPY_GENERATED as GENERATED_KEY  # noqa: F401  (re-exported)
+from harness.run.metrics import ENTROPY_UPDATE_DELTA as UPDATE_DELTA_KEY  # noqa: F401  (re-exported)
+from harness.run.metrics import REWARD_MEAN as REWARD_KEY
 
 from .collect import Collection
 

@@ -6,7 +6,7 @@ import json
 import warnings
 from pathlib import Path
 
-from harness.metrics import ENTROPY
+from harness.run.metrics import ENTROPY
 
 from .collect import collect
 from .fit import fit_groups

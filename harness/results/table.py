@@ -20,7 +20,7 @@ Results of one suite under different protocols (metric, n, temperature, top_p, m
 with ``allow_mixed_protocols`` shown as separate columns and flagged.
 
 Entropy: two more columns, ``H start`` and ``H end``: each run's policy entropy (metrics.jsonl ``entropy``) averaged
-over its first / last ``edge_steps(N)`` of N logged steps (harness/metrics.py: N // 10, at least 1, at most 5; the
+over its first / last ``edge_steps(N)`` of N logged steps (harness/run/metrics.py: N // 10, at least 1, at most 5; the
 window of result.json's summary and of ``harness mechanism``), then mean ± 95% CI over seeds. They describe a row;
 they are never ranked, bolded or compared.
 
@@ -42,7 +42,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from harness.metrics import (
+from harness.run.metrics import (
     ENTROPY_END,
     ENTROPY_START,
     FINISHED,
@@ -62,7 +62,7 @@ AVG_COLS = ["avg_suites", "avg_samples"]
 AVG_TITLES = {"avg_suites": "avg (suites)", "avg_samples": "avg (samples)"}
 DELTA_TITLES = {"avg_suites": "Δ avg (suites)", "avg_samples": "Δ avg (samples)"}
 FLAG_INSUFFICIENT = INSUFFICIENT_UPDATES
-ENTROPY_COLS = [ENTROPY_START, ENTROPY_END]  # per run: the one start / end window of harness/metrics.py
+ENTROPY_COLS = [ENTROPY_START, ENTROPY_END]  # per run: the one start / end window of harness/run/metrics.py
 ENTROPY_TITLES = {ENTROPY_START: "H start", ENTROPY_END: "H end"}
 BLOCK = ["source", "model", "task", "setting"]
 
@@ -125,7 +125,7 @@ def _run_averages(ev: pd.DataFrame) -> pd.DataFrame:
 def run_summary(col: Collection) -> pd.DataFrame:
     """Per finished run (index ``run_dir``): result.json's summary recomputed from its metrics.jsonl rows in file
     order: ``entropy_start/end`` and ``reward_start/end``, the means over the first / last ``edge_steps(N)`` of its
-    N logged steps (harness/metrics.py); NaN where the run logged no such value."""
+    N logged steps (harness/run/metrics.py); NaN where the run logged no such value."""
     m = col.metrics
     m = m[m["status"].isin(FINISHED) & m[STEP].notna()] if STEP in m.columns and "status" in m.columns else m.iloc[:0]
     cols = [k for pair in SUMMARY_KEYS.values() for k in pair]
@@ -255,7 +255,7 @@ def build_leaderboard(
             notes.append(
                 "H start / H end: policy entropy (metrics.jsonl entropy, nats per token) averaged over each run's "
                 "first / last edge_steps(N) of its N logged steps (N // 10, at least 1, at most 5: "
-                "harness/metrics.py, as result.json's summary), mean ± 95% CI over seeds; never ranked"
+                "harness/run/metrics.py, as result.json's summary), mean ± 95% CI over seeds; never ranked"
             )
         notes += proto_notes + data_notes
         missing = _missing_text(col)

@@ -11,10 +11,10 @@ from string import Template
 
 import pandas as pd
 
-from harness.metrics import COMPLETED, ENTROPY, ENTROPY_AFTER_UPDATE, ENTROPY_GENERATED, REWARD_MEAN, method_rank
 from harness.results import stats
 from harness.results import table as tbl
 from harness.results.reference import PAPER_DISPLAY
+from harness.run.metrics import COMPLETED, ENTROPY, ENTROPY_AFTER_UPDATE, ENTROPY_GENERATED, REWARD_MEAN, method_rank
 
 from .sources import RunInfo, Sweep, finite, seed_text
 from .svg import json_for_html, line_chart

@@ -54,7 +54,7 @@ def cell_dir(runs_dir: Path, cell: Cell) -> Path:
 def launch_command(config: dict, run_dir: Path) -> str:
     """The command that trains this cell: its backend's ``launch_command`` (``harness train`` by default)."""
     from harness.backends import get_backend
-    from harness.config import load_config
+    from harness.run.config import load_config
 
     return get_backend(config["backend"]).launch_command(load_config(config), Path(run_dir))
 
@@ -92,7 +92,7 @@ def materialise(
 
 def with_sweep_group(config: dict, sweep: str) -> dict:
     """The cell's config with ``logging.wandb_group`` = the sweep's name when the spec left it unset (the trackers'
-    group: harness/tracking.py). Logging measures nothing, so the run id stays the cell's."""
+    group: harness/run/tracking.py). Logging measures nothing, so the run id stays the cell's."""
     logging = config.get("logging")
     if not sweep or not isinstance(logging, dict) or logging.get("wandb_group"):
         return config
@@ -192,8 +192,8 @@ def record_problems(d: Path) -> list[tuple[str, str]]:
 def check_cell_dir(cell: Cell, runs_dir: Path) -> None:
     """Refuse (``ValueError``), before anything is written, a cell directory whose config.yaml cannot be read or
     is another run's (materialise would otherwise overwrite what the run directory's identity rests on)."""
-    from harness.config import run_id_of
     from harness.io import load_yaml, yaml_problem
+    from harness.run.config import run_id_of
 
     path = cell_dir(runs_dir, cell) / CONFIG_FILE
     if not path.exists():

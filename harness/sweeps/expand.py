@@ -17,7 +17,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from harness import keypaths as paths
+from harness.run import keypaths as paths
 from harness.sweeps.resources import merged, with_layout
 from harness.sweeps.spec import SpecError, SweepSpec
 
@@ -39,14 +39,14 @@ class Cell:
 
 
 def run_config_validator(raw: dict) -> dict:
-    """The default validator: ``harness.config.load_config`` (checks every key and the method name)."""
-    from harness.config import load_config
+    """The default validator: ``harness.run.config.load_config`` (checks every key and the method name)."""
+    from harness.run.config import load_config
 
     return load_config(raw).to_dict()
 
 
 def config_id(resolved: Mapping) -> str:
-    from harness.config import run_id_of
+    from harness.run.config import run_id_of
 
     return run_id_of(resolved)
 

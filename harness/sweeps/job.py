@@ -1,6 +1,6 @@
 """What runs inside a sweep job: ``CellJob(cell_dir)`` trains one cell and can be requeued by submitit.
 
-The job calls ``harness.runner.run(load_config(cell_dir/"config.yaml"), cell_dir)``; the runner resumes from
+The job calls ``harness.run.runner.run(load_config(cell_dir/"config.yaml"), cell_dir)``; the runner resumes from
 ``cell_dir/checkpoints`` when present. On time-out or preemption submitit sends USR2, calls
 ``CellJob.checkpoint``, which resubmits the same cell, and requeues the job: the next attempt continues from
 the run's last checkpoint. When the target raises, the traceback goes to ``cell_dir/job_error.json`` (for
@@ -27,8 +27,8 @@ DEFAULT_TARGET = "harness.sweeps.job:train_cell"
 def train_cell(cell_dir: str | Path) -> dict:
     """Train the cell's run config through the runner (writes the run directory; result.json last)."""
     from harness.backends import IDLE, WORKER, get_backend
-    from harness.config import load_config
-    from harness.runner import run
+    from harness.run.config import load_config
+    from harness.run.runner import run
 
     cell_dir = Path(cell_dir)
     config = load_config(cell_dir / "config.yaml")

@@ -33,7 +33,7 @@ class Unit:
 
 def _backend_and_config(cell):
     from harness.backends import get_backend
-    from harness.config import load_config
+    from harness.run.config import load_config
 
     cfg = load_config(cell.config)
     return get_backend(cfg.backend), cfg
@@ -118,8 +118,8 @@ def train_population_cells(cell_dirs: list[str]) -> dict:
     """Train the cells of ``cell_dirs`` as one population; a cell that failed or was refused gets its
     job_error.json (and, when training started, its failed result.json) like a separate job's."""
     from harness.backends import get_backend
-    from harness.config import load_config
     from harness.io import signals_interrupt
+    from harness.run.config import load_config
     from harness.sweeps.job import _write_job_error
 
     dirs = [Path(d) for d in cell_dirs]

@@ -146,7 +146,7 @@ def with_layout(config: Mapping, resources: Mapping, explicit: set[str], where: 
     """A backend that places its own workers (its ``layout``, e.g. OpenRLHF's Ray over nodes x GPUs) gets the job
     it needs: the layout's keys are derived from the run config; one a spec states (``explicit``) must agree."""
     from harness.backends import get_backend
-    from harness.config import load_config
+    from harness.run.config import load_config
 
     backend = get_backend(config.get("backend", "pocket"))
     if "places_workers" not in backend.capabilities:

@@ -19,9 +19,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from harness import keypaths as paths
 from harness.io import read_yaml_mapping
 from harness.registry import did_you_mean
+from harness.run import keypaths as paths
 from harness.sweeps.resources import check_resources
 
 TOP_KEYS = ("name", "description", "base", "grid", "zip", "exclude", "seeds", "resources", "population")

@@ -21,8 +21,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from harness import rundir
-from harness.metrics import COMPLETED, FINISHED
+from harness.run import rundir
+from harness.run.metrics import COMPLETED, FINISHED
 from harness.sweeps import cells as C
 
 _PROGRESS = re.compile(r"\d+%\|.*\|\s*\d+/\d+|\[\d+:\d+(<[\d:?]+)?,")  # tqdm bar lines are not errors
@@ -82,7 +82,7 @@ def sacct_states(job_ids: Iterable[str], timeout_s: float = 30) -> dict[str, str
 def _pid_alive(pid: str, submitted_at: float | None = None) -> bool:
     """The local job's process is alive: the pid exists and (when the submission time is known) it started
     within a minute of it, so a reused pid is not taken for the job."""
-    from harness.rundir import process_start
+    from harness.run.rundir import process_start
 
     try:
         ticks = process_start(int(pid))

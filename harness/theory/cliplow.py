@@ -20,7 +20,7 @@ import math
 
 import torch
 
-from harness.method import ppo_clip_token_loss
+from harness.kernel.method import ppo_clip_token_loss
 
 from .claim import claim
 from .softmax import DT

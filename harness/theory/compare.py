@@ -420,7 +420,7 @@ def prop_vii1() -> dict:
             lp, adv = lp.round(decimals=rounding), adv.round(decimals=rounding)
         mask = torch.ones(1, n)
         sel = kl_m.selection_plan(lp, lp, adv, mask)[0].numpy()
-        cov = harness.ops.token_covariance(adv, lp, mask)[0].numpy()
+        cov = harness.kernel.ops.token_covariance(adv, lp, mask)[0].numpy()
         same.append(bool((sel == linear_topk(cov, max(1, int(n * 2e-3)))).all()))
     sizes = [2**e for e in range(14, 20)]
     times = {
@@ -442,7 +442,7 @@ def prop_vii1() -> dict:
             "clip_cov.select_tokens": lambda: cc_m.selection_plan(lp, lp, adv, mask, generator=gen),
             "numpy.partition (introselect)": lambda: np.partition(arr, n - int(n * 2e-3)),
             "torch.sort": lambda: torch.sort(lp.flatten()),
-            "linear pass (covariance)": lambda: harness.ops.token_covariance(adv, lp, mask),
+            "linear pass (covariance)": lambda: harness.kernel.ops.token_covariance(adv, lp, mask),
         }
         for name, fn in fns.items():
             runs = []

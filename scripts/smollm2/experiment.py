@@ -21,7 +21,7 @@ from pathlib import Path
 
 import yaml
 
-from harness.metrics import ENTROPY, REWARD_MEAN, edge_means
+from harness.run.metrics import ENTROPY, REWARD_MEAN, edge_means
 
 RESULTS = Path(__file__).resolve().parents[2] / "results" / "smollm2"
 CURVES = ("reward/mean", "entropy", "response/length", "grad_norm")

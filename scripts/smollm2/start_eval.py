@@ -19,7 +19,7 @@ def main(argv=None) -> int:
         print(__doc__, file=sys.stderr)
         return 2
     from harness.backends.pocket.trainer import PocketTrainer, peak_rss_mb
-    from harness.config import load_config
+    from harness.run.config import load_config
 
     cfg = load_config(argv[0], overrides=argv[2:])
     tr = PocketTrainer(cfg, argv[1], log=print)

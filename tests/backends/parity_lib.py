@@ -164,9 +164,9 @@ def pocket_loss_and_grad(model, b: ParityBatch, method) -> tuple[float, torch.Te
     """The pocket trainer's ``_update`` on the batch as one mini-batch (its shuffle, plan, micro-batch weights,
     backward), with an optimizer that changes nothing: (sum of weighted micro-batch losses, gradient, tokens
     the method selected)."""
-    from harness import ops
     from harness.backends.pocket.trainer import PocketTrainer
-    from harness.config import load_config
+    from harness.kernel import ops
+    from harness.run.config import load_config
 
     cfg = load_config(
         {

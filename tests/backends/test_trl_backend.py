@@ -16,9 +16,9 @@ trl = pytest.importorskip("trl")  # the project's 'test' extra installs it (Pyth
 
 import harness  # noqa: E402
 from harness.backends import get_backend  # noqa: E402
-from harness.config import ConfigError, load_config  # noqa: E402
 from harness.io import read_jsonl  # noqa: E402
-from harness.runner import run  # noqa: E402
+from harness.run.config import ConfigError, load_config  # noqa: E402
+from harness.run.runner import run  # noqa: E402
 
 CONTRACT_KEYS = {  # docs/contracts.md §3: what every pocket step logs, and so every trl step
     "step",
@@ -237,7 +237,7 @@ def test_every_method_trains_or_is_refused_at_load(trl_cfg, tmp_path):
     ConfigError at load that names why (only an auxiliary model, PRIME's PRM, is refused)."""
     import copy
 
-    from harness.method import ADVANTAGES
+    from harness.kernel.method import ADVANTAGES
 
     combos = [(m, None) for m in harness.list_methods()] + [("grpo", a) for a in harness.list_advantages()]
     trained, refused, failures = [], [], []
@@ -354,7 +354,7 @@ def test_export_is_a_model_directory_harness_eval_loads(trl_cfg, tmp_path):
     from transformers import AutoModelForCausalLM
 
     from harness.backends import load_tokenizer
-    from harness.records import read_model_run
+    from harness.run.records import read_model_run
 
     trl_cfg["train"].update(steps=2, entropy_after_update=True)
     cfg = load_config(trl_cfg)

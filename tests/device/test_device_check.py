@@ -76,10 +76,10 @@ def test_environment_sees_the_bare_machine(report):
     env = report["checks"]["environment"]
     assert {"submitit", "math_verify", "openrlhf", "deepspeed", "ray"} <= set(env["missing_packages"])
     assert env["packages"]["torch" if "torch" in env["packages"] else "yaml"]["ok"]
-    for core in ("harness", "harness.runner", "harness.backends.pocket.trainer"):
+    for core in ("harness", "harness.run.runner", "harness.backends.pocket.trainer"):
         assert env["harness_modules"][core]["ok"], core
     # the CLI and the sweep layer load on the bare machine: submitit and scipy are imported only when used
-    assert env["cli"]["ok"] and env["harness_modules"]["harness.sweeps.cli"]["ok"], env["cli"]
+    assert env["cli"]["ok"] and env["harness_modules"]["harness.commands.sweep"]["ok"], env["cli"]
     assert env["harness_modules"]["harness.sweeps.submit"]["ok"] == ("submitit" not in env["missing_packages"])
     assert env["torch"] and env["transformers"] and env["cuda_available"] in (True, False)
 

@@ -288,7 +288,7 @@ def test_cli_refuses_bad_engine_flags(argv, msg, tiny_data, tmp_path, capsys):
 
 def test_cli_engine_kwargs():
     from harness.cli import build_parser
-    from harness.evals.cli import engine_kwargs
+    from harness.commands.eval import engine_kwargs
 
     args = build_parser().parse_args(
         [

@@ -10,7 +10,7 @@ import pytest
 import yaml
 
 from harness.cli import main
-from harness.sweeps.testing import tiny_pocket_base
+from tests.helpers.sweep_targets import tiny_pocket_base
 
 KINDS = ("unreadable", "non-utf8", "malformed")
 

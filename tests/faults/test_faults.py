@@ -18,8 +18,8 @@ import yaml
 
 from harness.cli import main
 from harness.io import repair_jsonl
-from harness.rundir import RunDirLock, is_locked, read_holder
-from harness.sweeps.testing import tiny_pocket_base
+from harness.run.rundir import RunDirLock, is_locked, read_holder
+from tests.helpers.sweep_targets import tiny_pocket_base
 
 REPO = Path(__file__).resolve().parents[2]
 ENV = {**os.environ, "PYTHONPATH": str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", "")}
@@ -135,7 +135,7 @@ def test_repair_keeps_every_complete_line(tmp_path):
 # --------------------------------------------------------------------------------------- concurrent trainers (5)
 HOLDER = r"""
 import sys, time
-from harness.rundir import RunDirLock
+from harness.run.rundir import RunDirLock
 RunDirLock(sys.argv[1]).acquire()
 print("locked", flush=True)
 time.sleep(600)

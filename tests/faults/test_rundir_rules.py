@@ -12,8 +12,8 @@ import pytest
 import yaml
 
 from harness.cli import main
-from harness.rundir import NestingError, check_placement, process_start
-from harness.sweeps.testing import tiny_pocket_base
+from harness.run.rundir import NestingError, check_placement, process_start
+from tests.helpers.sweep_targets import tiny_pocket_base
 
 
 def cfg_file(tmp_path, steps=2, **train):
@@ -46,7 +46,7 @@ def test_a_run_that_updates_is_completed_with_its_update_count(tmp_path):
 
 
 def test_updates_threshold_is_half_the_expected_steps():
-    from harness.runner import finished_status
+    from harness.run.runner import finished_status
 
     assert finished_status({"made": 0, "expected": 10}) == "insufficient_updates"
     assert finished_status({"made": 4, "expected": 10}) == "insufficient_updates"
@@ -179,7 +179,7 @@ def test_status_liveness_checks_host_pid_and_start_time(tmp_path):
 
 
 def test_status_sees_a_run_lock_held_on_any_host(tmp_path):
-    from harness.rundir import RunDirLock
+    from harness.run.rundir import RunDirLock
     from harness.sweeps.status import cell_status
 
     _job(tmp_path / "c", 999999999, time.time(), host="another-node")

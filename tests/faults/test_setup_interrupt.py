@@ -12,9 +12,9 @@ import time
 
 import yaml
 
-from harness.rundir import is_locked
+from harness.run.rundir import is_locked
 from harness.sweeps.status import cell_status
-from harness.sweeps.testing import as_in_a_terminal
+from tests.helpers.sweep_targets import as_in_a_terminal
 
 
 def test_ctrl_c_during_a_cells_warm_start_stops_it_and_the_resubmission_finishes_it(tmp_path, fx):

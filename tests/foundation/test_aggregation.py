@@ -4,7 +4,7 @@ accumulation exact for every mode with empty rows (issue 26, items 3, 8, 9; peer
 import pytest
 import torch
 
-from harness import ops
+from harness.kernel import ops
 
 
 def test_empty_row_policies_by_hand():

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.results.cli import FORMATS
+from harness.commands.results import FORMATS
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -28,7 +28,7 @@ def test_help_imports_no_torch_pandas_or_transformers():
 def test_import_harness_is_light_and_torch_loads_on_first_tensor_use():
     assert _imported_after("import harness") == set()
     assert _imported_after("import harness\nharness.get_method('grpo')") == set()  # methods import torch lazily
-    first_use = "import harness.ops as ops\nops.masked_mean(ops.torch.ones(2), ops.torch.ones(2))"
+    first_use = "import harness.kernel.ops as ops\nops.masked_mean(ops.torch.ones(2), ops.torch.ones(2))"
     assert "torch" in _imported_after(first_use)
 
 
@@ -60,7 +60,7 @@ def test_commands_that_need_no_tensors_import_no_torch(argv, tmp_path):
 
 
 def test_a_lazy_module_is_the_real_module_once_used():
-    import harness.lazy as lazy
+    import harness.kernel.lazy as lazy
 
     assert lazy.lazy_import("sys") is sys  # imported already: the module itself
     proxy = lazy.LazyModule("json")

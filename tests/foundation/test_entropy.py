@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from harness.ops import entropy_from_logits
+from harness.kernel.ops import entropy_from_logits
 
 
 def reference_entropy(logits):

@@ -1,5 +1,7 @@
-"""Every package of the project (harness and the folders it maps in: evals, baselines, methods) has no import
-circle, the core config imports no backend, and no module outside harness/backends names a backend."""
+"""The layers of the tree (docs/design.md): every package of the project (harness and the folders it maps in: evals,
+baselines, methods) has a rank, no module imports a module of a higher rank except a registry (the backend
+registry and protocol), there is no import circle, the core config imports no backend, and no module outside
+harness/backends names a backend, neither by import nor by a string in its code."""
 
 import ast
 import subprocess
@@ -16,6 +18,36 @@ PACKAGES = {
 }
 # a device check runs each backend's own code on a borrowed machine by design: it may name them
 MAY_NAME_BACKENDS = ("harness.devicecheck",)
+# Rank of each layer, lowest first: a module imports only its own rank or lower. The root modules (errors, io,
+# registry, provenance) are the floor; `harness` itself is the method API's lazy facade over the kernel.
+RANKS = {
+    "harness.errors": 0,
+    "harness.io": 0,
+    "harness.registry": 0,
+    "harness.provenance": 0,
+    "harness": 1,
+    "harness.kernel": 1,
+    "harness.methods": 2,
+    "harness.baselines": 2,
+    "harness.evals": 2,
+    "harness.data": 3,
+    "harness.run": 4,
+    "harness.backends": 5,
+    "harness.sweeps": 6,
+    "harness.results": 6,
+    "harness.theory": 6,
+    "harness.site": 7,
+    "harness.studies": 7,
+    "harness.devicecheck": 7,
+    "harness.commands": 8,
+    "harness.cli": 9,
+    "harness.__main__": 9,
+}
+# registries and the protocol: a lower layer reaches backends only through these (get_backend, Backend)
+REGISTRIES = {"harness.backends", "harness.backends.base"}
+# the upward imports left, each named (at most 2): the rehearsal's check finds the cells of the sweep it rehearsed
+# through the sweep layer's public API
+UPWARD_ALLOWED = {("harness.backends.openrlhf.rehearsal.check", "harness.sweeps")}
 
 
 def _module(path: Path) -> str:
@@ -78,13 +110,40 @@ def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
     return out
 
 
+def rank(module: str) -> int:
+    best = max((k for k in RANKS if module == k or module.startswith(k + ".")), key=len)
+    return RANKS[best]
+
+
+def upward_imports(graph) -> list[tuple[str, str]]:
+    return sorted(
+        (mod, dep)
+        for mod, deps in graph.items()
+        for dep in deps
+        if rank(dep) > rank(mod) and dep not in REGISTRIES and not dep.startswith("harness.methods")
+    )
+
+
+def test_every_module_has_a_layer_and_none_imports_upward():
+    graph = import_graph()
+    assert all(rank(m) >= 0 for m in graph)  # every module falls under a ranked package (max() raises otherwise)
+    root = sorted(p.stem for p in (ROOT / "harness").glob("*.py") if p.stem != "__init__")
+    assert len(root) <= 8, root  # the flat root holds only the floor and the entry points
+    assert set(upward_imports(graph)) <= UPWARD_ALLOWED
+
+
+def test_the_layer_check_finds_an_upward_import():
+    graph = {"harness.kernel.ops": {"harness.run.config"}, "harness.run.config": {"harness.backends"}}
+    assert upward_imports(graph) == [("harness.kernel.ops", "harness.run.config")]
+
+
 def test_the_cycle_finder_finds_a_cycle():
     assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
 
 
 def test_no_package_has_import_cycles():
     graph = import_graph()
-    assert "harness.backends.pocket.models" in graph and graph["harness.config"]  # the walk saw the package
+    assert "harness.backends.pocket.models" in graph and graph["harness.run.config"]  # the walk saw the package
     assert "harness.evals.suites" in graph and "harness.methods.kl_cov" in graph  # and the mapped folders
     assert cycles(graph) == []
 
@@ -107,8 +166,10 @@ def test_no_module_outside_the_backends_names_a_backend():
 
 
 def test_core_config_imports_no_backend():
-    assert not any(m.startswith("harness.backends") for m in import_graph()["harness.config"] - {"harness.backends"})
-    code = "import sys, harness.config; print(sorted(m for m in sys.modules if m.startswith('harness.backends')))"
+    assert not any(
+        m.startswith("harness.backends") for m in import_graph()["harness.run.config"] - {"harness.backends"}
+    )
+    code = "import sys, harness.run.config; print(sorted(m for m in sys.modules if m.startswith('harness.backends')))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
 

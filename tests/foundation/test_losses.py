@@ -6,7 +6,7 @@ import pytest
 import torch
 
 import harness
-from harness import ops
+from harness.kernel import ops
 
 
 def _ppo_case():

@@ -1,6 +1,6 @@
-"""One run, one end entropy: result.json's summary (harness.records.summarize_metrics, what every backend writes),
+"""One run, one end entropy: result.json's summary (harness.run.records.summarize_metrics, what every backend writes),
 ``harness mechanism`` (h_end / h_start of the baseline's runs) and the leaderboard's H start / H end columns all
-read harness/metrics.py's window, edge_steps(N) = min(5, max(1, N // 10)). An 80-step run (a tenth would be 8)
+read harness/run/metrics.py's window, edge_steps(N) = min(5, max(1, N // 10)). An 80-step run (a tenth would be 8)
 and a 500-step run (a tenth would be 50; the mechanism's registered window is 5) show the clamp."""
 
 import importlib.util
@@ -10,11 +10,11 @@ from pathlib import Path
 
 import pytest
 
-from harness.metrics import EDGE_MAX, edge_means, edge_steps, summarize
-from harness.records import summarize_metrics
 from harness.results.collect import collect
-from harness.results.mechanism import WINDOW, analyse
 from harness.results.table import build_leaderboard
+from harness.run.metrics import EDGE_MAX, edge_means, edge_steps, summarize
+from harness.run.records import summarize_metrics
+from harness.studies.mechanism import WINDOW, analyse
 
 ROOT = Path(__file__).resolve().parents[2]
 _spec = importlib.util.spec_from_file_location("results_fixtures", ROOT / "tests" / "results" / "conftest.py")

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from harness.sweeps.testing import tiny_pocket_base
+from tests.helpers.sweep_targets import tiny_pocket_base
 
 PLUGIN = Path(__file__).parent / "data" / "toy_plugin"
 

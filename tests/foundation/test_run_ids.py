@@ -1,5 +1,5 @@
 """The run ids of every committed sweep's cells are pinned: a new config field or method option left at its
-default must not change them (``harness.schema.opt(late=True)``), or every finished cell would retrain and every
+default must not change them (``harness.kernel.fields.opt(late=True)``), or every finished cell would retrain and every
 committed leaderboard would stop matching its runs. ``sweeps/paper_qwen25.yaml`` is left out: it has no committed
 results and its eval/memory settings changed on purpose (issue 22).
 

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 import harness
-from harness import ops
+from harness.kernel import ops
 
 WORKER = Path(__file__).with_name("dist_select_worker.py")
 _spec = importlib.util.spec_from_file_location("dist_select_worker", WORKER)

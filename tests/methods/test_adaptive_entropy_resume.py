@@ -8,9 +8,9 @@ import pytest
 import torch
 
 from harness.backends.pocket.trainer import PocketTrainer
-from harness.config import load_config
 from harness.io import read_jsonl
-from harness.runner import run
+from harness.run.config import load_config
+from harness.run.runner import run
 
 STEPS, STOP_AFTER = 6, 4  # step 5 then runs with the gate open and c = 0.006 (read from the checkpoint)
 CKPT = "checkpoints/latest.pt"

@@ -91,7 +91,7 @@ def test_high_entropy_tokens_by_hand(normalize, denominator):
     m = harness.get_method("high_entropy_tokens", normalize=normalize)
     tok = m.per_token_loss(lp, old, adv, mask, entropy=ent)
     assert tok.selected.nonzero()[:, 1].tolist() == [3, 7]
-    loss = harness.ops.agg_loss(tok.loss, mask)
+    loss = harness.kernel.ops.agg_loss(tok.loss, mask)
     assert loss.item() == pytest.approx((-2.0 + 3.0) / denominator, rel=TM)
     loss.backward()
     expected = [0.0] * 10

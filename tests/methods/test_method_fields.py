@@ -9,8 +9,8 @@ import torch
 
 import harness
 from harness.commands.methods import describe
-from harness.config import ConfigError, config_hash, load_config
-from harness.method import Method, MethodBase, PPOClipMethod
+from harness.kernel.method import Method, MethodBase, PPOClipMethod
+from harness.run.config import ConfigError, config_hash, load_config
 
 # config_hash(get_method(name).to_config()) on main before the peer-parity options existed (commit ab3824e): the
 # method section of every config that uses the defaults, i.e. its contribution to the run id

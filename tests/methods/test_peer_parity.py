@@ -10,7 +10,7 @@ import pytest
 import torch
 
 import harness
-from harness import ops
+from harness.kernel import ops
 
 
 def _one_token(log_ratio: float, adv: float):
@@ -144,7 +144,7 @@ def test_log_ratio_clamp_gives_openrlhfs_number():
 def test_every_ppo_clip_method_takes_both_options(name):
     lp, old, adv, mask = _one_token(math.log(4.0), -1.0)
     m = harness.get_method(name, clip_ratio_c=3.0, log_ratio_clamp=20.0)
-    assert isinstance(m, harness.method.PPOClipMethod)
+    assert isinstance(m, harness.kernel.method.PPOClipMethod)
     out = m.policy_loss(lp, old, adv, mask, entropy=torch.ones(1, 1), generator=torch.Generator().manual_seed(0))
     assert out.loss.item() <= 3.0 + 1e-6  # capped at -A c (Clip-Cov may zero its one token)
 

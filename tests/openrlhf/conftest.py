@@ -15,7 +15,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from harness.backends.openrlhf import cpu_stubs
+from harness.backends.openrlhf.rehearsal import stubs as cpu_stubs
 
 sys.path.insert(0, str(Path(__file__).parent))
 from orl_testlib import DEVICE, FakeStrategy, plugin_config  # noqa: E402

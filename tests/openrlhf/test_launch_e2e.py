@@ -1,4 +1,4 @@
-"""The whole launch path on CPU up to OpenRLHF's own validation: harness.runner.run -> our backend -> subprocess
+"""The whole launch path on CPU up to OpenRLHF's own validation: harness.run.runner.run -> our backend -> subprocess
 ``python -m harness.backends.openrlhf.launch`` -> Ray with our hook -> upstream ``train_ppo_ray`` as __main__.
 
 A full run needs GPUs (vLLM, GPU placement groups), so the config carries one extra flag that upstream's
@@ -15,7 +15,7 @@ pytestmark = pytest.mark.openrlhf
 
 
 def test_run_reaches_upstream_validation_and_fails_cleanly(tmp_path, tiny_model_dir):
-    from harness.runner import run
+    from harness.run.runner import run
 
     cfg = {
         "backend": "openrlhf",

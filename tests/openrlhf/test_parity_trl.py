@@ -139,7 +139,7 @@ def test_backends_match_pocket(case, orl_loss, trl_loss):
 if __name__ == "__main__":  # the OpenRLHF (and TRL) columns of the docs/backends.md parity table
     import tempfile
 
-    from harness.backends.openrlhf import cpu_stubs
+    from harness.backends.openrlhf.rehearsal import stubs as cpu_stubs
 
     cpu_stubs.install()
     torch.compile = lambda fn=None, *a, **k: fn if fn is not None else (lambda f: f)  # as the suite's conftest

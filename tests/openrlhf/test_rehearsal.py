@@ -26,7 +26,7 @@ def assets(tmp_path_factory):
         check=True,
         capture_output=True,
     )
-    from harness.backends.openrlhf.rehearsal_assets import build
+    from harness.backends.openrlhf.rehearsal.assets import build
 
     build(out / "dapo-math-17k.jsonl", out, log=lambda *_: None)
     return out
@@ -44,8 +44,8 @@ def cell_config(assets: Path, method: dict) -> dict:
 
 
 def test_rehearsal_cell_trains_evaluates_resumes_and_scores(tmp_path, assets):
-    from harness.backends.openrlhf.rehearsal_check import check_cell, kill_after_step
-    from harness.config import load_config
+    from harness.backends.openrlhf.rehearsal.check import check_cell, kill_after_step
+    from harness.run.config import load_config
 
     cfg_path = tmp_path / "cell.yaml"
     cfg_path.write_text(yaml.safe_dump(cell_config(assets, {"name": "kl_cov", "k_ratio": 0.002})))
@@ -77,7 +77,7 @@ def test_rehearsal_refuses_a_machine_with_cuda(monkeypatch):
     """The stand-ins never replace real engines: with CUDA visible, installing them is an error."""
     import torch
 
-    from harness.backends.openrlhf import cpu_rehearsal
+    from harness.backends.openrlhf.rehearsal import cpu as cpu_rehearsal
 
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 8)

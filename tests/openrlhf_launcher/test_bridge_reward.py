@@ -171,8 +171,8 @@ def test_results_collection_reads_an_openrlhf_run_dir(tmp_path):
     """The run dir the bridge writes is read by harness.results like any other backend's."""
     import yaml
 
-    from harness.config import load_config
     from harness.results.collect import collect
+    from harness.run.config import load_config
 
     cfg = load_config(
         {

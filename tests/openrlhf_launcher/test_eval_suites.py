@@ -7,7 +7,7 @@ import pytest
 
 from harness.backends.openrlhf import bridge, evalset, launch
 from harness.backends.openrlhf.flags import OpenRLHFConfigError, build_plan
-from harness.config import load_config
+from harness.run.config import load_config
 
 MATH = ["aime24", "math500"]
 

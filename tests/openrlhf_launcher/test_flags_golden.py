@@ -257,7 +257,7 @@ def test_logging_and_extra_flags(tmp_path):
             "env": {"NCCL_DEBUG": "INFO"},
         }
     )
-    from harness.config import load_config
+    from harness.run.config import load_config
 
     resolved = load_config(cfg).to_dict()  # wandb on: the local wandb-package check is the config module's job
     resolved["logging"].update(tensorboard=True, wandb=True)

@@ -9,7 +9,7 @@ import pytest
 from harness.backends.openrlhf import memory
 from harness.backends.openrlhf.flags import OpenRLHFConfigError, build_plan, launch_command, parse_options
 from harness.backends.openrlhf.memory import Architecture, GiB, Layout, estimate
-from harness.config import ConfigError, load_config
+from harness.run.config import ConfigError, load_config
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -4,8 +4,8 @@ runner writes result.json once (it used to be written by the launch, read back a
 import json
 import subprocess
 
-from harness.records import RunResult
-from harness.runner import run
+from harness.run.records import RunResult
+from harness.run.runner import run
 
 
 def test_runner_writes_the_openrlhf_result_once(tmp_path, monkeypatch):

@@ -1,5 +1,5 @@
 """One field language: the OpenRLHF launch reads the typed run config, so a config that leaves a field out launches
-with the schema's default (harness/config.py, harness/backends/openrlhf/options.py), never a second default written
+with the schema's default (harness/run/config.py, harness/backends/openrlhf/options.py), never a second default written
 in flags.py. Pure Python, no OpenRLHF needed."""
 
 import dataclasses
@@ -10,7 +10,7 @@ import pytest
 
 from harness.backends.openrlhf import flags
 from harness.backends.openrlhf.options import OpenRLHFOptions
-from harness.config import EvalConfig, RunConfig, TrainConfig, load_config
+from harness.run.config import EvalConfig, RunConfig, TrainConfig, load_config
 
 # the fewest keys an OpenRLHF run names, on one 141 GiB GPU: the default batch shape (prompts x samples / updates, a
 # multiple of micro_batch_size x GPUs) divides, and the memory plan of micro_batch_size sequences fits

@@ -6,8 +6,8 @@ from pathlib import Path
 import pytest
 
 from harness.backends.openrlhf.runner import train
-from harness.config import load_config
 from harness.data import TrainingDataError
+from harness.run.config import load_config
 
 SAMPLES = Path(__file__).resolve().parents[2] / "harness" / "data" / "samples"
 

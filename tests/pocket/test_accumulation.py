@@ -6,7 +6,7 @@ import torch
 
 from harness.backends.pocket.generate import token_logprobs
 from harness.backends.pocket.trainer import PocketTrainer, make_generator
-from harness.config import load_config
+from harness.run.config import load_config
 
 
 def _grads(tiny, tmp_path, method, micro, plan_scope=None):

@@ -181,7 +181,7 @@ def test_an_export_carries_a_model_card(tmp_path, capsys):
 def test_an_export_before_the_result_uses_the_in_training_eval(tmp_path):
     """What the after-training stage exports: no result.json yet; the card takes the eval of the exported step."""
     from harness.backends import get_backend
-    from harness.config import load_config
+    from harness.run.config import load_config
 
     rd = _train_tiny(tmp_path)
     final = json.loads((rd / "result.json").read_text())["eval"]["suites"]["countdown"]["metrics"]["avg@1"]
@@ -198,7 +198,7 @@ def test_openrlhf_export_copies_with_the_umask_and_writes_the_card(tmp_path):
     import os
 
     from harness.backends import get_backend
-    from harness.config import load_config
+    from harness.run.config import load_config
 
     cfg = {
         "backend": "openrlhf",

@@ -115,8 +115,8 @@ def test_llama_dir_with_chat_template_trains_exports_and_evaluates(tmp_path, tin
     from transformers import LlamaConfig, LlamaForCausalLM
 
     from harness.cli import main
-    from harness.config import load_config
-    from harness.runner import run
+    from harness.run.config import load_config
+    from harness.run.runner import run
 
     tok = build_char_tokenizer()
     tok.chat_template = TEMPLATE

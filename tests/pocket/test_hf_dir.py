@@ -4,9 +4,9 @@ import json
 
 import pytest
 
-from harness.config import ConfigError, load_config
 from harness.io import read_jsonl
-from harness.runner import run
+from harness.run.config import ConfigError, load_config
+from harness.run.runner import run
 
 
 @pytest.fixture

@@ -5,9 +5,9 @@ import json
 import pytest
 import torch
 
-from harness.config import load_config
 from harness.io import read_jsonl
-from harness.runner import run
+from harness.run.config import load_config
+from harness.run.runner import run
 
 
 def test_a_few_steps_write_the_run_directory(tiny, tmp_path, contract_keys):
@@ -118,7 +118,7 @@ def test_tensorboard_sink_gets_the_metrics(tiny, tmp_path):
     tiny["eval"]["every"] = 0
     tiny["logging"]["tensorboard"] = True
     run(load_config(tiny), tmp_path, quiet=True)
-    (attempt,) = (tmp_path / "tensorboard").iterdir()  # one folder per tracker run (harness/tracking.py)
+    (attempt,) = (tmp_path / "tensorboard").iterdir()  # one folder per tracker run (harness/run/tracking.py)
     acc = EventAccumulator(str(attempt))
     acc.Reload()
     tags = set(acc.Tags()["scalars"])

@@ -8,9 +8,9 @@ import torch
 
 import harness
 from harness.backends.pocket.trainer import PocketTrainer
-from harness.config import ConfigError, load_config
 from harness.io import read_jsonl
-from harness.method import Method, TokenLoss, hparam, ppo_clip_token_loss, register_method
+from harness.kernel.method import Method, TokenLoss, hparam, ppo_clip_token_loss, register_method
+from harness.run.config import ConfigError, load_config
 
 COMBOS = [(m, a) for m in harness.list_methods() for a in harness.list_advantages()]
 
@@ -123,7 +123,7 @@ def toy_stateful():
             )
 
         def extra_loss(self, loss, entropy, mask):
-            return loss - self.scale * self.total * harness.ops.agg_loss(entropy, mask)
+            return loss - self.scale * self.total * harness.kernel.ops.agg_loss(entropy, mask)
 
     yield ToyStateful
     harness.METHODS.unregister("toy_stateful")

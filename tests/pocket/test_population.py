@@ -18,8 +18,8 @@ import torch
 import harness
 from harness.backends.pocket.population import Population, why_apart
 from harness.backends.pocket.trainer import PocketTrainer
-from harness.config import load_config
 from harness.io import read_jsonl
+from harness.run.config import load_config
 
 ROOT = Path(__file__).resolve().parents[2]
 METHODS = harness.list_methods()
@@ -176,7 +176,7 @@ KILL_SCRIPT = """
 import json, sys
 from pathlib import Path
 from harness.backends.pocket.population_runner import run_population
-from harness.config import load_config
+from harness.run.config import load_config
 spec = json.loads(sys.argv[1])
 out = run_population([load_config(c) for c in spec["configs"]], [Path(d) for d in spec["dirs"]], quiet=True)
 assert all(isinstance(r, dict) and r["status"] in ("completed", "insufficient_updates") for r in out), out

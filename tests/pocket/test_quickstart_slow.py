@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from harness.config import load_config
-from harness.runner import run
+from harness.run.config import load_config
+from harness.run.runner import run
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -11,9 +11,9 @@ import pytest
 import torch
 import yaml
 
-from harness.config import load_config
 from harness.io import read_jsonl
-from harness.runner import run
+from harness.run.config import load_config
+from harness.run.runner import run
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -17,7 +17,7 @@ import pytest
 import torch
 
 from harness.backends.pocket.trainer import first_order_delta, make_optimizer, vanilla_covariance
-from harness.config import load_config
+from harness.run.config import load_config
 
 
 def _entropy(z):
@@ -102,7 +102,7 @@ def test_one_decision_token_with_plain_sgd_follows_the_theorem(tiny, tmp_path):
     """Through the real trainer: one training problem, one-token answers, plain SGD at lr 1e-5 (median per-step
     |ΔH|/H ~ 6e-5): the logged cov/first_order tracks the measured entropy change of each update (r > 0.99,
     slope ~ 1), and both covariance forms of Theorem 1 are strongly anti-correlated with it."""
-    from harness.runner import run
+    from harness.run.runner import run
 
     task = tmp_path / "one.jsonl"
     task.write_text(

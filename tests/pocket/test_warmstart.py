@@ -5,7 +5,7 @@ import torch
 from harness.backends.pocket.tasks import make_task
 from harness.backends.pocket.tokenizer import TokenizerAdapter, build_char_tokenizer
 from harness.backends.pocket.warmstart import cache_key, load_or_train
-from harness.config import load_config
+from harness.run.config import load_config
 
 
 def test_warm_start_is_cached_and_learns(tiny, tmp_path):

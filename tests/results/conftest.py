@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import yaml
 
-from harness.records import summarize_metrics
+from harness.run.records import summarize_metrics
 
 
 def suite_result(name, value, n_problems=100, n_samples=4, temperature=1.0, top_p=1.0, max_tokens=32, metric=None):

@@ -1,5 +1,5 @@
 """``python -m harness.results.entropy_table``: H end and reward end per method through the one window of
-harness/metrics.py, mean ± 95% CI over seeds and the paired Δ vs GRPO, checked by hand on fixture runs."""
+harness/run/metrics.py, mean ± 95% CI over seeds and the paired Δ vs GRPO, checked by hand on fixture runs."""
 
 import math
 

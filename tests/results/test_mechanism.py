@@ -10,12 +10,12 @@ import numpy as np
 import pytest
 
 from harness.cli import main
-from harness.metrics import edge_steps
 from harness.results.collect import collect
-from harness.results.mechanism import analyse
+from harness.run.metrics import edge_steps
+from harness.studies.mechanism import analyse
 
 A, B, H0, DECAY, STEPS = 0.3, 0.9, 1.0, 0.05, 30
-WINDOW = edge_steps(STEPS)  # the start / end window of a 30-step run: 3 steps (harness/metrics.py)
+WINDOW = edge_steps(STEPS)  # the start / end window of a 30-step run: 3 steps (harness/run/metrics.py)
 
 
 def _h(t, h0=H0):
@@ -281,8 +281,8 @@ def test_law_family_option(runs_root, mk, tmp_path, capsys):
 
 def _pocket_run(tiny, tmp_path, name, lr):
     """The shared tiny run on pocket-0.1m with an entropy bonus on ordered countdown (one answer per problem)."""
-    from harness.config import load_config
-    from harness.runner import run
+    from harness.run.config import load_config
+    from harness.run.runner import run
 
     tiny["method"] = {"name": "entropy_bonus", "coef": 1.0}
     tiny["model"]["name"] = "pocket-0.1m"
@@ -294,7 +294,7 @@ def _pocket_run(tiny, tmp_path, name, lr):
 
 
 def test_probe_compares_the_start_model_with_the_last_checkpoint(tiny, tmp_path):
-    from harness.results.mechanism_probe import probe_run, probe_runs
+    from harness.studies.probe import probe_run, probe_runs
 
     frozen = probe_run(_pocket_run(copy.deepcopy(tiny), tmp_path, "frozen", 0.0), n_prompts=16, n_samples=2)
     # lr 0: the last checkpoint holds the start weights, so the probe must read the same entropy and accuracy
@@ -343,7 +343,7 @@ def test_decision_entropy_is_the_mean_over_decision_tokens(tmp_path):
     from harness.backends.pocket.generate import Batch
     from harness.backends.pocket.tasks import make_task
     from harness.backends.pocket.tokenizer import TokenizerAdapter, build_char_tokenizer
-    from harness.results.mechanism_probe import _decision_entropy
+    from harness.studies.probe import _decision_entropy
 
     tok = TokenizerAdapter(build_char_tokenizer())
     rows = [tok.encode_answer("5-3"), tok.encode_answer("7*2")]

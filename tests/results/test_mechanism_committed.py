@@ -12,10 +12,10 @@ from pathlib import Path
 import pytest
 
 from harness.results.archive import pack
-from harness.results.mechanism import write_mechanism
-from harness.results.mechanism_theorem import write_theorem
-from harness.results.mechanism_verdicts import verdict_markdown
 from harness.results.tolerance import file_differences, json_differences
+from harness.studies.mechanism import write_mechanism
+from harness.studies.theorem import write_theorem
+from harness.studies.verdicts import verdict_markdown
 
 ROOT = Path(__file__).resolve().parents[2]
 RESULTS = ROOT / "results" / "mechanism"

@@ -1,4 +1,4 @@
-"""The theorem-ladder analysis (harness.results.mechanism_theorem) on synthetic runs with known per-run r."""
+"""The theorem-ladder analysis (harness.studies.theorem) on synthetic runs with known per-run r."""
 
 import json
 import math
@@ -8,7 +8,7 @@ import pytest
 import yaml
 
 from harness.results.collect import collect
-from harness.results.mechanism_theorem import analyse_theorem, main
+from harness.studies.theorem import analyse_theorem, main
 
 T975_DF2 = 0.95 * math.sqrt(2 / (1 - 0.95**2))
 N = 20

@@ -1,5 +1,5 @@
-"""Verdicts from intervals (harness.results.mechanism_verdicts, the new parts of harness.results.stats and
-harness.results.mechanism): Holm, log-ratio and Fisher-z intervals, the verdict rules, per-run correlations and
+"""Verdicts from intervals (harness.studies.verdicts, the new parts of harness.results.stats and
+harness.studies.mechanism): Holm, log-ratio and Fisher-z intervals, the verdict rules, per-run correlations and
 predictions, the selected fraction and the archive round trip, each against values worked out by hand.
 
 Student t with 2 degrees of freedom has a closed form, F(t) = 1/2 + t / (2·sqrt(2 + t²)), so three-run intervals
@@ -12,12 +12,12 @@ import math
 import numpy as np
 import pytest
 
-from harness.metrics import edge_steps
 from harness.results import stats
 from harness.results.archive import pack, unpacked
 from harness.results.collect import collect
-from harness.results.mechanism import analyse, write_mechanism
-from harness.results.mechanism_verdicts import BEGIN, END, Check, Claim, decide, main, verdict_of
+from harness.run.metrics import edge_steps
+from harness.studies.mechanism import analyse, write_mechanism
+from harness.studies.verdicts import BEGIN, END, Check, Claim, decide, main, verdict_of
 
 T975_DF2 = 0.95 * math.sqrt(2 / (1 - 0.95**2))  # 4.3027
 
@@ -117,7 +117,7 @@ def _claim(res, claim, cell="pocket-1m"):
 
 def test_collapse_verdict_from_the_log_ratio(runs_root, mk):
     """h = exp(-d·t): the mean of the last w steps over the first w is exp(-(T - w)·d) exactly; w = edge_steps(30)
-    = 3 (harness/metrics.py), so the log ratios are -27·d: -6.75, -7.02, -7.29 (mean -7.02, sd 0.27)."""
+    = 3 (harness/run/metrics.py), so the log ratios are -27·d: -6.75, -7.02, -7.29 (mean -7.02, sd 0.27)."""
     _grpo(mk, runs_root, (0.25, 0.26, 0.27))
     res = analyse(collect([runs_root]))
     c = _claim(res, "collapse")

@@ -1,5 +1,5 @@
 """The leaderboard's entropy columns (H start, H end): per run the mean ``entropy`` over its first / last
-``edge_steps(N)`` logged steps (harness/metrics.py), then mean ± 95% Student-t CI over seeds, in every format;
+``edge_steps(N)`` logged steps (harness/run/metrics.py), then mean ± 95% Student-t CI over seeds, in every format;
 checked against values worked out by hand on fixture runs whose entropy is H_t = h0·exp(-decay·t)."""
 
 import json

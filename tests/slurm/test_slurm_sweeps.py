@@ -1,6 +1,6 @@
 """Sweeps on a real single-node SLURM cluster through submitit (marker `slurm`; see conftest.py).
 
-One mixed sweep of cheap job targets (harness.sweeps.testing) is submitted first so that its slow cells (a job
+One mixed sweep of cheap job targets (tests.helpers.sweep_targets) is submitted first so that its slow cells (a job
 that hits its time limit) run while the other tests go on: an array that completes, a job that raises, one
 that is scancel-led, one requeued mid-run that resumes from its checkpoint, fake-GPU placement, setup lines.
 A real pocket sweep goes through `harness sweep --executor slurm --wait`, with one group sbatch refuses, and a
@@ -17,12 +17,13 @@ import yaml
 
 from harness.cli import main
 from harness.sweeps import cells as C
-from harness.sweeps import expand, load_spec, testing
+from harness.sweeps import expand, load_spec
 from harness.sweeps.status import statuses
 from harness.sweeps.submit import submit_cells, wait_for
+from tests.helpers import sweep_targets as testing
 
 pytestmark = pytest.mark.slurm
-TARGET = "harness.sweeps.testing:behave"
+TARGET = "tests.helpers.sweep_targets:behave"
 MIXED = {
     "name": "mixed",
     "base": {"behaviour": "ok"},
@@ -98,7 +99,7 @@ def test_a_job_that_raises_fails_clearly_and_alone(mixed):
     d = mixed["raise"]
     st = wait_until(lambda: (s := state(d)).state == "failed" and s, 90, "the raising cell to fail")
     assert "RuntimeError: behaviour 'raise'" in st.detail
-    assert any("testing.py" in line for line in st.tail)
+    assert any("sweep_targets.py" in line for line in st.tail)
     assert state(mixed["ok:a"]).state == "done"
 
 

@@ -7,8 +7,9 @@ import yaml
 
 from harness.cli import main
 from harness.sweeps import cells as C
-from harness.sweeps import expand, load_spec, testing
+from harness.sweeps import expand, load_spec
 from harness.sweeps.submit import submit_cells
+from tests.helpers import sweep_targets as testing
 
 TINY = {
     "name": "tiny",
@@ -61,7 +62,7 @@ def test_status_shows_failures_with_their_tail_and_how_to_resubmit(tmp_path, cap
     )
     for c in cells:
         C.materialise(c, tmp_path, "t", command="true")
-    submit_cells(cells, tmp_path, "debug", target="harness.sweeps.testing:behave", progress=False)
+    submit_cells(cells, tmp_path, "debug", target="tests.helpers.sweep_targets:behave", progress=False)
     assert main(["status", str(tmp_path)]) == 0
     out = capsys.readouterr().out
     assert "2 cells: done 1, failed 1" in out
@@ -78,7 +79,7 @@ def test_status_of_a_spec_before_anything_ran(tmp_path, capsys):
 
 
 def test_status_of_a_runs_dir_lists_unsubmitted_cells_and_flags_stale_ones(tmp_path, capsys):
-    from harness.sweeps.cli import spec_copy
+    from harness.commands.sweep import spec_copy
 
     spec = load_spec(dict(TINY, seeds=[0, 1]))
     cells = expand(spec)

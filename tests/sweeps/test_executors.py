@@ -4,13 +4,14 @@ import json
 
 import pytest
 
+from harness.commands.sweep import select
 from harness.sweeps import cells as C
-from harness.sweeps import expand, load_spec, testing
-from harness.sweeps.cli import select
+from harness.sweeps import expand, load_spec
 from harness.sweeps.status import cell_status, format_table, statuses, sweep_status
 from harness.sweeps.submit import submit_cells
+from tests.helpers import sweep_targets as testing
 
-TARGET = "harness.sweeps.testing:behave"
+TARGET = "tests.helpers.sweep_targets:behave"
 
 
 def make(tmp_path, behaviours, seeds=(0,), resources=None):
@@ -41,7 +42,7 @@ def test_debug_executor_done_and_failed(tmp_path):
     st = by_behaviour(tmp_path, cells)
     assert st["ok"].state == "done"
     assert st["raise"].state == "failed" and "RuntimeError: behaviour 'raise'" in st["raise"].detail
-    assert any("testing.py" in line for line in st["raise"].tail)  # the traceback tail
+    assert any("sweep_targets.py" in line for line in st["raise"].tail)  # the traceback tail
     assert "failed" in format_table(list(st.values()))
 
 

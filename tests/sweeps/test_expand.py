@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.config import load_config
+from harness.run.config import load_config
 from harness.sweeps import expand, load_spec
 from harness.sweeps.resources import group_by_resources
 from harness.sweeps.spec import SpecError

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import yaml
 
-from harness.sweeps.testing import as_in_a_terminal, tiny_pocket_base
+from tests.helpers.sweep_targets import as_in_a_terminal, tiny_pocket_base
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -48,7 +48,7 @@ def test_ctrl_c_of_a_local_sweep_is_quiet_and_leaves_a_resumable_cell(tmp_path):
     assert "Traceback" not in err and "KeyboardInterrupt" not in err, err
     assert "stopping 1 running cells" in err
     (cell,) = [d for d in runs.iterdir() if (d / "cell.json").exists()]
-    from harness.rundir import is_locked
+    from harness.run.rundir import is_locked
     from harness.sweeps.status import cell_status
 
     t0 = time.time()

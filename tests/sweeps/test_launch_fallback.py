@@ -10,7 +10,7 @@ import yaml
 from harness.backends import BACKENDS, Backend
 from harness.backends.base import harness_train_command
 from harness.sweeps.cells import launch_command
-from harness.sweeps.testing import tiny_pocket_base
+from tests.helpers.sweep_targets import tiny_pocket_base
 
 
 class NoLaunch(Backend):

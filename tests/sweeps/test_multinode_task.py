@@ -4,9 +4,9 @@ directory, a worker lends its node through ``train`` and leaves the directory al
 import yaml
 
 from harness.backends import BACKENDS, Backend, get_backend
-from harness.config import load_config
+from harness.run.config import load_config
 from harness.sweeps.job import train_cell
-from harness.sweeps.testing import tiny_pocket_base
+from tests.helpers.sweep_targets import tiny_pocket_base
 
 
 class Recorder(Backend):

@@ -11,7 +11,7 @@ from pathlib import Path
 import yaml
 
 from harness.cli import main
-from harness.sweeps.testing import tiny_pocket_base
+from tests.helpers.sweep_targets import tiny_pocket_base
 
 
 def _one_error_line(err: str) -> str:

@@ -131,7 +131,7 @@ def test_cli_only_with_unknown_cell(tmp_path, capsys):
 
 
 def test_a_second_concurrent_submission_into_the_same_runs_dir_is_refused(tmp_path, capsys):
-    from harness.sweeps.cli import submission_lock
+    from harness.commands.sweep import submission_lock
 
     p = tmp_path / "s.yaml"
     p.write_text(yaml.safe_dump(spec()))

@@ -7,10 +7,11 @@ from pathlib import Path
 import pytest
 import yaml
 
-from harness.config import load_config, run_id_of
-from harness.runner import run
+from harness.run.config import load_config, run_id_of
+from harness.run.runner import run
 from harness.sweeps import cells as C
-from harness.sweeps import expand, load_spec, testing
+from harness.sweeps import expand, load_spec
+from tests.helpers import sweep_targets as testing
 
 sys.path.insert(0, str(Path(__file__).parent))
 from tracker_files import wandb_runs  # noqa: E402

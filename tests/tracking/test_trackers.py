@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from harness.config import load_config
 from harness.io import read_jsonl
-from harness.runner import run
-from harness.tracking import model_size, openrlhf_logger_flags
+from harness.run.config import load_config
+from harness.run.runner import run
+from harness.run.tracking import model_size, openrlhf_logger_flags
 
 pytest.importorskip("wandb")
 pytest.importorskip("tensorboard")

@@ -64,7 +64,7 @@ class OpenRLHFBackend(Backend):
         came from, with its model card and the umask's file modes; with ``out``, a copy there."""
         import shutil
 
-        from harness.exported import complete_export
+        from harness.run.exported import complete_export
 
         final = Path(run_dir) / "checkpoints" / "final"
         if not (final / "config.json").is_file():

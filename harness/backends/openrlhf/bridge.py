@@ -11,8 +11,9 @@ import math
 import os
 from pathlib import Path
 
+from harness.evals.result import SuiteResult
 from harness.io import append_jsonl, atomic_write_json, read_jsonl
-from harness.records import RunResult, SuiteResult, result_payload, summarize_metrics, task_label
+from harness.run.records import RunResult, result_payload, summarize_metrics, task_label
 
 # harness key -> OpenRLHF status key (first present wins)
 RENAMES = {
@@ -157,7 +158,7 @@ def logged_row(run_dir, step: int) -> dict | None:
 
 
 def run_record(config: dict, run_dir, method_config: dict) -> RunResult:
-    """The run's record (harness/records.py) from its metrics.jsonl and eval/ files."""
+    """The run's record (harness/run/records.py) from its metrics.jsonl and eval/ files."""
     path = metrics_path(run_dir)
     rows = read_jsonl(path) if path.exists() else []
     timing = {}
@@ -182,12 +183,12 @@ def run_record(config: dict, run_dir, method_config: dict) -> RunResult:
 
 
 def build_result(config: dict, run_dir, status: str, wall_time_s: float, run_id: str, method_config: dict) -> dict:
-    """The full result.json payload (schema_version 1) of a launch run outside ``harness.runner``."""
+    """The full result.json payload (schema_version 1) of a launch run outside ``harness.run.runner``."""
     fields = run_record(config, run_dir, method_config).to_dict()
     return result_payload(run_id, "openrlhf", config.get("name"), status, fields, float(wall_time_s))
 
 
 def write_result(run_dir, payload: dict) -> Path:
-    from harness.runner import write_result
+    from harness.run.runner import write_result
 
     return write_result(run_dir, payload)

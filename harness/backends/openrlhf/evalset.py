@@ -30,7 +30,7 @@ def requested(ev: dict) -> bool:
     OpenRLHF, with no suites named, means no in-loop eval; the dry run says so). ``every: 0`` never evaluates."""
     import dataclasses
 
-    from harness.config import EvalConfig
+    from harness.run.config import EvalConfig
 
     if int(ev.get("every", 0)) <= 0:
         return False

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 PLUGIN_ENV = "HARNESS_OPENRLHF_PLUGIN"  # JSON plugin config, read in every Ray worker
-REHEARSAL_ENV = "HARNESS_OPENRLHF_REHEARSAL"  # openrlhf.rehearsal: true (harness/backends/openrlhf/cpu_rehearsal.py)
+REHEARSAL_ENV = "HARNESS_OPENRLHF_REHEARSAL"  # openrlhf.rehearsal: true (harness/backends/openrlhf/rehearsal/cpu.py)
 HOOK = "harness.backends.openrlhf.hook.install"
 REWARD_FILE = str(Path(__file__).with_name("reward.py"))
 EXTRA = "pip install 'entropy-harness[openrlhf]' (GPU: also vllm==0.29.0 and flash-attn==2.8.3, or the [gpu] extra)"
@@ -56,7 +56,7 @@ from harness.backends.openrlhf.options import (  # noqa: E402,F401  (re-exported
 
 # ------------------------------------------------------------------------------------------- config access
 def as_dict(cfg) -> dict:
-    """A RunConfig (harness.config) or a plain mapping, as a plain dict."""
+    """A RunConfig (harness.run.config) or a plain mapping, as a plain dict."""
     if isinstance(cfg, Mapping):
         return dict(cfg)
     if hasattr(cfg, "to_dict"):
@@ -69,13 +69,13 @@ def typed(config):
     then the backend's checks); a RunConfig is used as it is; any other resolved config (``to_dict()``) is typed
     by the shared schema. Every value the launch reads is then a field of it (``cfg.train.lr``), never a default
     written here."""
-    from harness.config import RunConfig, load_config
+    from harness.run.config import RunConfig, load_config
 
     if isinstance(config, Mapping):
         return load_config(config)
     if isinstance(config, RunConfig):
         return config
-    from harness.schema import build
+    from harness.kernel.fields import build
 
     return build(RunConfig, as_dict(config), "")
 
@@ -144,7 +144,7 @@ def method_flags(method, opts: OpenRLHFOptions) -> list[str]:
             f"rollout entropy among them), which the OpenRLHF backend measures only with openrlhf.log_entropy: true"
         )
     estimator = base_estimator(method)
-    from harness.ops import GLOBAL_NORMALISED_MODES as AGG_MODES  # what OpenRLHF's aggregate_loss implements
+    from harness.kernel.ops import GLOBAL_NORMALISED_MODES as AGG_MODES  # what OpenRLHF's aggregate_loss implements
 
     if method.agg not in AGG_MODES:
         raise OpenRLHFConfigError(
@@ -482,7 +482,7 @@ def _launcher_argv(cfg, lay: _Layout, run_dir: str) -> tuple[list[str], dict | N
             counts=None,  # known once the launcher wrote the file (bridge.eval_payload reads it)
         )
         argv += argv_eval
-    from harness.tracking import openrlhf_logger_flags
+    from harness.run.tracking import openrlhf_logger_flags
 
     # TensorBoard; W&B entity, project, group, run name
     argv += openrlhf_logger_flags(dataclasses.asdict(cfg.logging), run_dir)

@@ -31,7 +31,7 @@ REHEARSAL_ENV = "HARNESS_OPENRLHF_REHEARSAL"  # = cpu_rehearsal.ENV (not importe
 def _patchers(name: str) -> list[str]:
     out = [TARGETS[name]] if name in TARGETS else []
     if os.environ.get(REHEARSAL_ENV) == "1":
-        from harness.backends.openrlhf.cpu_rehearsal import TARGETS as REHEARSAL
+        from harness.backends.openrlhf.rehearsal.cpu import TARGETS as REHEARSAL
 
         out += [REHEARSAL[name]] if name in REHEARSAL else []
     return out
@@ -40,7 +40,7 @@ def _patchers(name: str) -> list[str]:
 def _targets() -> set[str]:
     names = set(TARGETS)
     if os.environ.get(REHEARSAL_ENV) == "1":
-        from harness.backends.openrlhf.cpu_rehearsal import TARGETS as REHEARSAL
+        from harness.backends.openrlhf.rehearsal.cpu import TARGETS as REHEARSAL
 
         names |= set(REHEARSAL)
     return names
@@ -84,11 +84,11 @@ class _PostImportFinder(importlib.abc.MetaPathFinder):
 def install() -> None:
     """Idempotent. Called by Ray in every worker process (and by the launcher / tests in-process)."""
     if os.environ.get(REHEARSAL_ENV) == "1":
-        from harness.backends.openrlhf import cpu_rehearsal
+        from harness.backends.openrlhf.rehearsal import cpu as cpu_rehearsal
 
         cpu_rehearsal.install()
     elif os.environ.get("HARNESS_OPENRLHF_CPU_STUBS") == "1":
-        from harness.backends.openrlhf import cpu_stubs
+        from harness.backends.openrlhf.rehearsal import stubs as cpu_stubs
 
         cpu_stubs.install()
     targets = _targets()

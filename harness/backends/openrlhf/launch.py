@@ -79,7 +79,7 @@ def rehearsal_ray_kwargs() -> dict:
     cfg = json.loads(os.environ.get(PLUGIN_ENV, "{}")).get("rehearsal")
     if not cfg or os.environ.get("RAY_ADDRESS"):
         return {}
-    from harness.backends.openrlhf.cpu_rehearsal import ray_init_kwargs
+    from harness.backends.openrlhf.rehearsal.cpu import ray_init_kwargs
 
     return ray_init_kwargs(cfg["logical_gpus"])
 
@@ -167,7 +167,7 @@ def main(argv: list[str] | None = None) -> int:
         status = "interrupted"
         raise
     finally:
-        if not os.environ.get(RUNNER_ENV):  # run by hand; under harness.runner the runner writes it
+        if not os.environ.get(RUNNER_ENV):  # run by hand; under harness.run.runner the runner writes it
             write_result(run_dir, status, time.time() - t0)
         if ray.is_initialized():
             ray.shutdown()

@@ -16,7 +16,7 @@ def _resource(default):
 
 
 def _late_resource(default):
-    """A non-measuring field added after run ids were published: dropped from the run id (harness.schema.opt)."""
+    """A non-measuring field added after run ids were published: dropped from the run id (harness.kernel.fields.opt)."""
     return field(default=default, metadata={"measures": False, "late": True})
 
 

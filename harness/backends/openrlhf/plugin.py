@@ -91,7 +91,7 @@ def normaliser_scale(
 ):
     """``ops.global_normaliser_scale`` for OpenRLHF's ``token_level_loss`` switch (token-mean or
     seq-mean-token-mean), counting empty rows as the method's ``empty_rows`` says (as pocket does)."""
-    from harness.ops import global_normaliser_scale
+    from harness.kernel.ops import global_normaliser_scale
 
     mode = "token-mean" if token_level else "seq-mean-token-mean"
     return global_normaliser_scale(mode, mask, dp_size, batch_num_tokens, global_batch_size, empty_rows)
@@ -498,7 +498,7 @@ def covariance_term(experiences) -> float | None:
     """Batch covariance term: token-level mean of (A - mean A)(log pi_old - mean log pi_old) over the rollout."""
     import torch
 
-    from harness.ops import covariance_term as term
+    from harness.kernel.ops import covariance_term as term
 
     if any(e.action_log_probs is None for e in experiences):
         return None

@@ -1,9 +1,9 @@
 """``train(config, run_dir)`` for the OpenRLHF backend: validate, then run the launch command as a subprocess.
 
 The subprocess is exactly what ``launch_command`` prints (``harness.backends.openrlhf.launch``); it writes
-metrics.jsonl, eval/ and checkpoints/. Under ``harness.runner`` (``RUNNER_ENV`` set) it writes no result.json:
+metrics.jsonl, eval/ and checkpoints/. Under ``harness.run.runner`` (``RUNNER_ENV`` set) it writes no result.json:
 ``train`` builds the run's record from those files and the runner writes result.json once. Run by hand, the
-launcher writes result.json itself (through the same ``harness.runner.write_result``).
+launcher writes result.json itself (through the same ``harness.run.runner.write_result``).
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from pathlib import Path
 from harness.backends.openrlhf.bridge import run_record
 from harness.backends.openrlhf.flags import as_dict, build_plan
 from harness.backends.openrlhf.launch import RUNNER_ENV, require_openrlhf
-from harness.records import RunResult
+from harness.run.records import RunResult
 
 
 def command(plan, run_dir) -> list[str]:

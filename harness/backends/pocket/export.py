@@ -10,14 +10,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from harness.records import MODEL_SUITE_FILE
+from harness.run.records import MODEL_SUITE_FILE
 
 
 def write_task_spec(out: Path, cfg, step: int) -> None:
     """``out/harness_task.json``: the run's task, options, test split and eval protocol, and the run it came from
     (run id, method, seed, step: ``harness eval`` attaches its results to that run)."""
     from harness.io import atomic_write_json
-    from harness.records import task_label
+    from harness.run.records import task_label
 
     ec = cfg.eval
     atomic_write_json(
@@ -48,8 +48,8 @@ def export_run(cfg, run_dir: Path, out: Path) -> Path:
 
     from harness.backends.pocket import models
     from harness.backends.pocket.tokenizer import build_char_tokenizer
-    from harness.exported import complete_export
     from harness.io import check_output_dir
+    from harness.run.exported import complete_export
 
     ckpt = run_dir / "checkpoints" / "latest.pt"
     if not ckpt.is_file():

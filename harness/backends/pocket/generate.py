@@ -393,9 +393,9 @@ def response_logits(model, batch: Batch, reference: bool = False) -> torch.Tenso
 
 
 def entropy_from_logits(logits: torch.Tensor) -> torch.Tensor:
-    """Token entropy logsumexp(z) - sum softmax(z) z (verl formula); harness.ops' version when available."""
+    """Token entropy logsumexp(z) - sum softmax(z) z (verl formula); harness.kernel.ops' version when available."""
     try:
-        from harness.ops import entropy_from_logits as ops_entropy
+        from harness.kernel.ops import entropy_from_logits as ops_entropy
     except ImportError:
         ops_entropy = None
     if ops_entropy is not None:
@@ -409,7 +409,7 @@ def token_logprobs(model, batch: Batch, temperature: float = 1.0, with_entropy: 
 
     The fast path trims all-padding columns, runs the decoder up to the final norm and puts only the valid
     response positions through the LM head, in vocabulary chunks (``chunked.head_logprobs``: no (B, T, V)
-    logits); ``reference=True`` is the transformers forward + log_softmax + ``harness.ops`` entropy.
+    logits); ``reference=True`` is the transformers forward + log_softmax + ``harness.kernel.ops`` entropy.
     """
     f = fast_path(model, reference)
     if f is None:

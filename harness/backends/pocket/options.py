@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from harness.errors import ConfigError
-from harness.schema import build, opt
+from harness.kernel.fields import build, opt
 
 
 @dataclass
@@ -30,7 +30,7 @@ class WarmStartOptions:
     min_steps: int = opt(50, kind=int, min=0)
 
 
-WarmStartConfig = WarmStartOptions  # the name it had in harness.config
+WarmStartConfig = WarmStartOptions  # the name it had in harness.run.config
 
 
 def validate(cfg) -> None:
@@ -60,7 +60,7 @@ def validate(cfg) -> None:
 
 def _check_group_size(cfg) -> None:
     """Estimators with leave-one-out baselines (PRIME) need samples_per_prompt >= their min_group_size."""
-    from harness.method import ADVANTAGES, METHODS
+    from harness.kernel.method import ADVANTAGES, METHODS
 
     try:
         advantage = cfg.method_hparams.get("advantage") or METHODS.get(cfg.method_name).hparams()["advantage"].default

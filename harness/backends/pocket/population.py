@@ -29,7 +29,7 @@ import traceback
 
 import torch
 
-from harness import ops
+from harness.kernel import ops
 
 from . import stacked
 from .generate import Batch, _record, concat_batches, draw, sampling_logits

@@ -10,7 +10,7 @@ MEMBER_KEYS = ("seed", "method", "name", "logging")
 def why_apart(configs) -> str | None:
     """None when the runs ``configs`` (RunConfig) can train as one population, else the reason (one line)."""
     from harness.backends.pocket import models
-    from harness.config import diff_configs
+    from harness.run.config import diff_configs
 
     if not configs:
         return "no runs"

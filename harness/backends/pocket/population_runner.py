@@ -1,4 +1,4 @@
-"""``harness.runner.run`` for a population: every member's run directory is checked, claimed and finished as a
+"""``harness.run.runner.run`` for a population: every member's run directory is checked, claimed and finished as a
 separate run's would be (the same refusals, config.yaml, train.log lines, result.json through
 ``runner.write_result``), and the members train together (population.py).
 
@@ -16,9 +16,9 @@ from contextlib import ExitStack
 from pathlib import Path
 
 from harness import provenance
-from harness.metrics import FAILED, summary_line
-from harness.records import RunResult, result_payload
-from harness.runner import (
+from harness.run.metrics import FAILED, summary_line
+from harness.run.records import RunResult, result_payload
+from harness.run.runner import (
     RunLog,
     apply_plan,
     check_run_dir,
@@ -33,7 +33,7 @@ from harness.runner import (
 def run_population(configs, run_dirs, quiet: bool = False) -> list:
     """Train the runs ``configs`` (RunConfig) into ``run_dirs`` as one population."""
     from harness.backends import get_backend
-    from harness.rundir import RunDirLock, check_placement
+    from harness.run.rundir import RunDirLock, check_placement
 
     from .population import Population, why_apart
     from .trainer import PocketTrainer
@@ -88,7 +88,7 @@ def _finish(cfg, run_dir: Path, backend, record, log, wall_s: float):
     if error is None:
         fields = record.to_dict() if isinstance(record, RunResult) else dict(record or {})
         if cfg.eval.after_training:
-            from harness.after_training import attach, run_stage
+            from harness.run.after_training import attach, run_stage
 
             try:
                 fields = attach(fields, run_stage(cfg, run_dir, backend, log))

@@ -7,7 +7,7 @@ carries its grader: the task's own exact verifier. Prompts are the raw task prom
 from __future__ import annotations
 
 from harness.evals.suites import GREEDY, Protocol, Suite
-from harness.records import MODEL_SUITE_FILE  # written by `harness export` into the model directory
+from harness.run.records import MODEL_SUITE_FILE  # written by `harness export` into the model directory
 
 _registered = False
 TEST_SIZE = 200

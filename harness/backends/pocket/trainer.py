@@ -29,8 +29,7 @@ from pathlib import Path
 
 import torch
 
-from harness import ops
-from harness.config import RunConfig
+from harness.evals.result import SuiteResult
 from harness.io import (
     append_jsonl,
     atomic_save_torch,
@@ -40,7 +39,9 @@ from harness.io import (
     signals_interrupt,
     write_jsonl,
 )
-from harness.metrics import (
+from harness.kernel import ops
+from harness.run.config import RunConfig
+from harness.run.metrics import (
     ENTROPY,
     ENTROPY_AFTER_UPDATE,
     ENTROPY_DELTA,
@@ -52,8 +53,8 @@ from harness.metrics import (
     UPDATE_SKIPPED,
     eval_key,
 )
-from harness.records import RunResult, SuiteResult, summarize_metrics, task_label
-from harness.tracking import CHECKPOINT_KEY, Trackers
+from harness.run.records import RunResult, summarize_metrics, task_label
+from harness.run.tracking import CHECKPOINT_KEY, Trackers
 
 from . import models
 from .generate import Batch, concat_batches, generate, response_logits, token_logprobs
@@ -69,7 +70,7 @@ _LOSS_KEYS = ("clipfrac", "ppo_kl", "ppo_kl_abs", "entropy/token_mean")
 def _lineage(cfg: RunConfig) -> str:
     """The run's identity except its length: a checkpoint of the same run with fewer steps may be continued; one
     of another run (other seed, method, model, task, ...) is refused on resume."""
-    from harness.config import config_hash, measuring_items
+    from harness.run.config import config_hash, measuring_items
 
     return config_hash({k: v for k, v in measuring_items(cfg).items() if k != "train.steps"})
 
@@ -888,5 +889,5 @@ class PocketTrainer:
 
 
 def _make_sinks(cfg: RunConfig, run_dir: Path) -> Trackers:
-    """The run's trackers as an iterable of sinks (``log``, ``close``); harness.tracking has the full interface."""
+    """The run's trackers as an iterable of sinks (``log``, ``close``); harness.run.tracking has the full interface."""
     return Trackers.open(cfg, run_dir)

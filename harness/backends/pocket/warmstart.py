@@ -16,8 +16,8 @@ from pathlib import Path
 
 import torch
 
-from harness.config import RunConfig, config_hash
 from harness.io import atomic_save_torch
+from harness.run.config import RunConfig, config_hash
 
 from .generate import build_batch, generate, token_logprobs
 from .models import build_pocket_model

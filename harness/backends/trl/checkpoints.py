@@ -17,7 +17,7 @@ _NAME = re.compile(r"^checkpoint-(\d+)$")
 
 def lineage(cfg) -> str:
     """The run's identity without its length: a checkpoint of the same run with fewer steps may be continued."""
-    from harness.config import config_hash, measuring_items
+    from harness.run.config import config_hash, measuring_items
 
     return config_hash({k: v for k, v in measuring_items(cfg).items() if k != "train.steps"})
 

@@ -7,8 +7,9 @@ from pathlib import Path
 
 import torch
 
+from harness.evals.result import SuiteResult
 from harness.io import atomic_write_json
-from harness.records import SuiteResult, task_label
+from harness.run.records import task_label
 
 
 def _sample(model, tok, problems, n, temperature, generator, *, max_new_tokens, top_p=1.0, greedy=False):

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from harness.records import write_model_run
+from harness.run.records import write_model_run
 
 from . import checkpoints
 

@@ -15,8 +15,8 @@ from pathlib import Path
 import torch
 
 from harness.io import append_jsonl, read_jsonl, write_jsonl
-from harness.records import RunResult, summarize_metrics, task_label
-from harness.tracking import CHECKPOINT_KEY, Trackers
+from harness.run.records import RunResult, summarize_metrics, task_label
+from harness.run.tracking import CHECKPOINT_KEY, Trackers
 
 from . import checkpoints, options
 

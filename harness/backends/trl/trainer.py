@@ -24,7 +24,7 @@ import torch
 from transformers import TrainerCallback
 from trl import GRPOTrainer
 
-from harness import ops
+from harness.kernel import ops
 
 LOSS_KEYS = ("clipfrac", "ppo_kl", "ppo_kl_abs", "entropy/token_mean")  # token-weighted over the step, as pocket
 

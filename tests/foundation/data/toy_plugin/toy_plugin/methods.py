@@ -2,7 +2,7 @@
 
 import torch
 
-from harness.method import MethodBase, TokenLoss, hparam, register_advantage, register_method
+from harness.kernel.method import MethodBase, TokenLoss, hparam, register_advantage, register_method
 
 
 @register_advantage("toy_centred")

@@ -1,0 +1,1 @@
+"""The OpenRLHF CPU rehearsal: stand-ins for vLLM/CUDA, assets, checks."""

@@ -1,0 +1,267 @@
+"""The CPU rehearsal's two checks around the sweep (``scripts/ci_rehearsal.sh``).
+
+``interrupt``: start ``harness sweep SPEC --only CELL`` in its own session and SIGKILL every process of the cell
+(the sweep, the cell's job in its own session, the launcher, Ray, and Ray's workers, which Ray starts in sessions
+of their own: found by the run directory in their environment) once the cell has written the checkpoint and the
+metrics row of step ``--after-step``: what a pre-empted or crashed job leaves behind. Nothing may survive.
+
+``verify``: every cell of the sweep finished ``completed`` with one metrics row per step, an ``eval/step_N.json`` at
+every in-loop eval step, the after-training results attached, ``checkpoints/final``; the interrupted cell resumed
+from its DeepSpeed checkpoint (upstream's ``--ckpt.load_enable``: "Loading the checkpoint", ``checkpoint_states``
+with the step) and trained only the remaining steps; the leaderboard has a scored row per method. Writes a JSON
+summary (``--out``); any failure is one line on stderr and exit 1.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+
+def _cells(spec_path: str, runs_dir: str) -> dict:
+    import harness.sweeps as sweeps  # the one upward import (tests/foundation/test_import_graph.py)
+
+    return {c.alias: (c, sweeps.cell_dir(Path(runs_dir), c)) for c in sweeps.expand(sweeps.load_spec(spec_path))}
+
+
+def _checkpoint_step(run_dir: Path) -> int:
+    latest = run_dir / "checkpoints" / "openrlhf" / "_actor" / "latest"
+    try:
+        return int(latest.read_text().strip().removeprefix("global_step"))
+    except (OSError, ValueError):
+        return 0
+
+
+def _logged_steps(run_dir: Path) -> list[int]:
+    path = run_dir / "metrics.jsonl"
+    if not path.exists():
+        return []
+    return [json.loads(line)["step"] for line in path.read_text().splitlines() if line.strip().endswith("}")]
+
+
+def run_processes(run_dir: Path) -> list[int]:
+    """Live processes started for ``run_dir`` in any session: the plug-in config every launcher and Ray worker of
+    the run carries in its environment names the run directory (Ray starts workers in sessions of their own, and
+    a rollout worker can outlive a killed raylet)."""
+    needle = f'"run_dir": {json.dumps(os.path.abspath(os.fspath(run_dir)))}'.encode()  # as flags.build_plan
+    out = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            env = (entry / "environ").read_bytes()
+            state = (entry / "stat").read_text().rsplit(")", 1)[1].split()[0]
+        except OSError:
+            continue
+        if needle in env and state != "Z":  # zombies hold nothing and are not ours to reap
+            out.append(int(entry.name))
+    return out
+
+
+def _group_alive(pgid: int) -> list[int]:
+    out = subprocess.run(["ps", "-eo", "pid=,pgid="], capture_output=True, text=True).stdout.split("\n")
+    return [int(p) for p, g in (line.split() for line in out if line.strip()) if int(g) == pgid]
+
+
+def kill_after_step(
+    cmd: list[str], run_dir: Path, after_step: int, log_path: Path, more_groups=lambda: [], timeout_s: float = 900.0
+) -> dict:
+    """Run ``cmd`` (which trains ``run_dir``) in its own session and SIGKILL its whole process group, and the groups
+    ``more_groups()`` names (a local sweep job's own session), once ``run_dir`` holds the checkpoint and the
+    metrics row of step ``after_step``; checks that nothing of those groups survived."""
+    t0 = time.time()
+    with open(log_path, "w") as log:
+        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    while time.time() - t0 < timeout_s:
+        if _checkpoint_step(run_dir) >= after_step and after_step in _logged_steps(run_dir):
+            break
+        if proc.poll() is not None:
+            raise SystemExit(f"error: {run_dir} ended (exit {proc.returncode}) before step {after_step}'s checkpoint")
+        time.sleep(0.5)
+    else:
+        os.killpg(proc.pid, signal.SIGKILL)
+        raise SystemExit(f"error: {run_dir} did not reach step {after_step}'s checkpoint in {timeout_s:.0f} s")
+    step = _checkpoint_step(run_dir)
+    groups = [*more_groups(), proc.pid]
+    for pgid in groups:
+        try:
+            os.killpg(pgid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    for pid in run_processes(run_dir):  # the run's Ray workers, in sessions of their own
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    proc.wait()
+    deadline = time.time() + 30
+    while (any(_group_alive(g) for g in groups) or run_processes(run_dir)) and time.time() < deadline:
+        time.sleep(0.5)
+    left = [p for g in groups for p in _group_alive(g)] + run_processes(run_dir)
+    if left:
+        raise SystemExit(f"error: processes {left} of the killed run survived the SIGKILL")
+    time.sleep(2)  # nothing may write a result after the kill
+    if (run_dir / "result.json").exists():
+        raise SystemExit(f"error: {run_dir} has a result.json after the kill; nothing was interrupted")
+    return {
+        "run_dir": str(run_dir),
+        "killed_at_checkpoint_step": step,
+        "logged_steps_before_kill": _logged_steps(run_dir),
+        "seconds_to_kill": round(time.time() - t0, 1),
+    }
+
+
+def interrupt(spec: str, runs_dir: str, cell: str, after_step: int, log_path: Path) -> dict:
+    """Run one cell through ``harness sweep --only`` and kill it with all its processes after ``after_step``."""
+    cells = _cells(spec, runs_dir)
+    if cell not in cells:
+        raise SystemExit(f"error: --cell {cell!r} is not a cell of {spec}; cells: {', '.join(cells)}")
+    run_dir = cells[cell][1]
+    cmd = [sys.executable, "-m", "harness", "sweep", spec, "--runs-dir", runs_dir, "--only", cell, "--no-progress"]
+
+    def job_groups():  # the local executor starts each cell's job controller in a session of its own
+        jobs = [json.loads(line) for line in (run_dir / "jobs.jsonl").read_text().splitlines() if line.strip()]
+        return [os.getpgid(int(j["job_id"])) for j in jobs if j.get("executor") == "local" and _alive(j["job_id"])]
+
+    return {"cell": cell, **kill_after_step(cmd, run_dir, after_step, log_path, more_groups=job_groups)}
+
+
+def _alive(pid) -> bool:
+    try:
+        os.kill(int(pid), 0)
+        return True
+    except (ProcessLookupError, ValueError):
+        return False
+
+
+def _fail(msg: str) -> None:
+    raise AssertionError(msg)
+
+
+def check_cell(run_dir: Path, cfg, resumed_from: int | None = None) -> dict:
+    """One finished rehearsal cell (``cfg``: its RunConfig); returns its summary or raises AssertionError."""
+    result = json.loads((run_dir / "result.json").read_text())
+    if result["status"] != "completed":
+        _fail(f"{run_dir}: status {result['status']} ({result.get('error', '')[:200]})")
+    steps = cfg.train.steps
+    logged = _logged_steps(run_dir)
+    if logged != list(range(1, steps + 1)):
+        _fail(f"{run_dir}: metrics.jsonl steps {logged}, expected 1..{steps} once each")
+    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    for key in ("reward/mean", "entropy", "cov/term", "clipfrac", "ppo_kl"):
+        if any(key not in r for r in rows):
+            _fail(f"{run_dir}: metrics.jsonl rows without {key!r}")
+    every = cfg.eval.every
+    want = list(range(every, steps + 1, every))
+    have = sorted(int(p.stem.split("_")[1]) for p in (run_dir / "eval").glob("step_*.json"))
+    if [s for s in have if s != resumed_from] != [s for s in want if s != resumed_from]:  # killed during that eval?
+        _fail(f"{run_dir}: in-loop evals at steps {have}, expected {want}")
+    suites = (result.get("eval") or {}).get("suites") or {}
+    missing = [s for s in cfg.eval.suites if suites.get(s, {}).get("stage") != "after_training"]
+    if missing:
+        _fail(f"{run_dir}: no after-training result for {missing}")
+    if not (run_dir / "checkpoints" / "final" / "config.json").is_file():
+        _fail(f"{run_dir}: no checkpoints/final")
+    log = (run_dir / "openrlhf.log").read_text(errors="replace")
+    out = {
+        "status": result["status"],
+        "steps": logged,
+        "in_loop_evals": have,
+        "reward": [r["reward/mean"] for r in rows],
+        "after_training": {s: suites[s]["metrics"][suites[s]["primary"]] for s in cfg.eval.suites},
+        "wall_time_s": result.get("wall_time_s"),
+    }
+    if resumed_from is not None:
+        if "Loading the checkpoint" not in log or f"'global_step': {resumed_from}" not in log:
+            _fail(f"{run_dir}: the log shows no resume from global_step{resumed_from} (--ckpt.load_enable)")
+        launches = log.count("harness: launching OpenRLHF for")
+        if launches != 2:
+            _fail(f"{run_dir}: {launches} launches in openrlhf.log, expected 2 (killed, resumed)")
+        after = log.split("Loading the checkpoint", 1)[1]
+        trained = sorted({int(s) for s in _global_steps(after)})
+        if trained != list(range(resumed_from + 1, steps + 1)):
+            _fail(f"{run_dir}: after the resume upstream trained steps {trained}, expected {resumed_from + 1}..{steps}")
+        out["resumed_from_step"] = resumed_from
+        out["steps_trained_after_resume"] = trained
+    return out
+
+
+def _global_steps(log: str) -> list[str]:
+    import re
+
+    return re.findall(r"Global step (\d+):", log)
+
+
+def check_leaderboard(path: Path, methods: list[str]) -> None:
+    text = path.read_text()
+    rows = [line for line in text.splitlines() if line.startswith("|")]
+    import re
+
+    for m in methods:
+        row = next((r for r in rows if [c.strip() for c in r.split("|")][2:3] == [m]), None)
+        if row is None:
+            _fail(f"{path}: no row for method {m}")
+        if not re.search(r"\| \d+\.\d( ± [\d.]+)? \(n=\d+", row):  # e.g. "| 87.5 ± 52.9 (n=2)"
+            _fail(f"{path}: the row of {m} has no scores: {row}")
+
+
+def verify(spec: str, runs_dir: str, leaderboard: str, resumed: dict | None) -> dict:
+    from harness.run.config import load_config
+
+    summary = {"cells": {}, "resumed": resumed}
+    methods = []
+    for alias, (_cell, run_dir) in _cells(spec, runs_dir).items():
+        cfg = load_config(run_dir / "config.yaml")
+        at = resumed["killed_at_checkpoint_step"] if resumed and resumed["cell"] == alias else None
+        summary["cells"][alias] = check_cell(run_dir, cfg, resumed_from=at)
+        if cfg.method_name not in methods:
+            methods.append(cfg.method_name)
+    check_leaderboard(Path(leaderboard), methods)
+    summary["leaderboard"] = leaderboard
+    summary["methods"] = methods
+    return summary
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(prog="python -m harness.backends.openrlhf.rehearsal.check", description=__doc__)
+    sub = p.add_subparsers(dest="cmd", required=True)
+    a = sub.add_parser("interrupt")
+    a.add_argument("--spec", required=True)
+    a.add_argument("--runs-dir", required=True)
+    a.add_argument("--cell", required=True)
+    a.add_argument("--after-step", type=int, default=2)
+    a.add_argument("--out", required=True, help="JSON of what was killed (read by verify --resumed)")
+    a.add_argument("--log", help="the killed sweep's output (default: OUT.log)")
+    v = sub.add_parser("verify")
+    v.add_argument("--spec", required=True)
+    v.add_argument("--runs-dir", required=True)
+    v.add_argument("--leaderboard", required=True)
+    v.add_argument("--resumed", help="the JSON interrupt wrote")
+    v.add_argument("--out", required=True, help="JSON summary of every cell")
+    args = p.parse_args(argv)
+    if args.cmd == "interrupt":
+        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+        out = interrupt(args.spec, args.runs_dir, args.cell, args.after_step, Path(args.log or args.out + ".log"))
+        Path(args.out).write_text(json.dumps(out, indent=1) + "\n")
+        print(f"interrupted {out['cell']} after step {out['killed_at_checkpoint_step']}'s checkpoint")
+        return 0
+    resumed = json.loads(Path(args.resumed).read_text()) if args.resumed else None
+    try:
+        summary = verify(args.spec, args.runs_dir, args.leaderboard, resumed)
+    except (AssertionError, FileNotFoundError, KeyError) as e:
+        print(f"error: rehearsal check failed: {e}", file=sys.stderr)
+        return 1
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.out).write_text(json.dumps(summary, indent=1) + "\n")
+    print(f"rehearsal verified: {len(summary['cells'])} cells, methods {', '.join(summary['methods'])}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

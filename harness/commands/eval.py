@@ -1,0 +1,413 @@
+"""``harness eval`` (generate + grade + metrics on suites) and ``harness grade`` (re-grade saved generations)."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import sys
+from pathlib import Path
+
+MATH_FIELDS = ("id", "response", "answer")
+VLLM_FLAGS = ("tensor_parallel_size", "data_parallel_size", "gpu_memory_utilization", "max_model_len")
+TEST_FIELDS = ("test", "test_list", "tests", "input_output")
+CODE_HINT = (
+    "HumanEval-shaped code lines need id, prompt, response, test, entry_point (MBPP: test_list; "
+    "LiveCodeBench: tests; KodCode: format=kodcode + test)"
+)
+
+
+def register(sub) -> None:
+    p = sub.add_parser(
+        "eval",
+        help="evaluate a model on benchmark suites (generate, grade, avg@k/pass@k)",
+        description="Evaluate a model on suites. Generations are appended to "
+        "OUT/<suite>.generations.jsonl as they come; rerunning continues there.",
+    )
+    p.add_argument("--model", help="local HF model dir, hub id, or path/to/model.gguf")
+    p.add_argument("--suites", help="comma-separated suite names (see --list-suites)")
+    p.add_argument("--list-suites", action="store_true", help="print the suites with their protocols and exit")
+    p.add_argument("--engine", default="hf", help="hf (CPU/GPU, default) or vllm (GPU)")
+    p.add_argument("--n", type=int, help="samples per problem (default: the suite's; AIME/AMC 32, else 1)")
+    p.add_argument("--temperature", type=float)
+    p.add_argument("--top-p", type=float)
+    p.add_argument("--max-tokens", type=int, help="max new tokens (default 8192)")
+    p.add_argument("--data-dir", help="directory with <suite>.jsonl/.jsonl.gz/.json/.parquet (overrides the hub)")
+    p.add_argument("--fixtures", action="store_true", help="use the tiny shipped fixture subsets (tests/demos)")
+    p.add_argument("--limit", type=int, help="first N problems of each suite")
+    p.add_argument("--template", help="prompt template name (boxed, prime_math, raw, code_function, ...)")
+    p.add_argument("--out", help="output directory (default evals_out/<model name>)")
+    p.add_argument("--batch-size", type=int, default=8, help="hf engine batch size")
+    p.add_argument("--device", help="hf engine device (default cuda if available else cpu)")
+    p.add_argument("--threads", type=int, help="hf engine: torch CPU threads (default: torch's choice)")
+    chat = p.add_mutually_exclusive_group()
+    chat.add_argument("--chat", dest="chat", action="store_true", default=None, help="force the chat template")
+    chat.add_argument("--no-chat", dest="chat", action="store_false", help="raw prompts, no chat template")
+    p.add_argument("--tensor-parallel-size", type=int, help="vllm engine: GPUs per engine (default 1)")
+    p.add_argument(
+        "--data-parallel-size",
+        type=int,
+        help="vllm engine: engines, one process per group of --tensor-parallel-size GPUs (default 1)",
+    )
+    p.add_argument(
+        "--gpu-memory-utilization", type=float, help="vllm engine: fraction of each GPU's memory (default 0.85)"
+    )
+    p.add_argument(
+        "--max-model-len", type=int, help="vllm engine: context length, prompt + new tokens (default: the model's)"
+    )
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--workers", type=int, help="grading processes/threads (default: CPU count)")
+    p.add_argument("--sandbox-python", help="interpreter for code (default /usr/bin/python3)")
+    p.add_argument(
+        "--lm-eval-tasks",
+        help="run these lm-eval tasks through our engine instead of --suites "
+        "(our suites are available as harness_<suite>)",
+    )
+    p.add_argument("--include-path", help="extra lm-eval task directory (with --lm-eval-tasks)")
+    p.add_argument("--lm-eval-metadata", help='JSON passed to lm-eval tasks, e.g. \'{"data_dir": "data/"}\'')
+    p.set_defaults(func=cmd_eval)
+
+    g = sub.add_parser(
+        "grade",
+        help="re-grade saved generations (math or code JSONL)",
+        description="Re-grade a JSONL file. Math line: {id, response, answer}. "
+        + CODE_HINT
+        + ". Writes each line plus correct (and status/detail for code).",
+    )
+    g.add_argument("--input", required=True)
+    g.add_argument("--output", required=True)
+    g.add_argument("--kind", choices=["auto", "math", "code"], default="auto")
+    g.add_argument("--workers", type=int)
+    g.add_argument(
+        "--boxes",
+        choices=["last", "joined"],
+        default="last",
+        help="math responses: the last \\boxed{} decides (official, default) or every box of the final answer joined "
+        "(math-verify's rule; docs/grading.md)",
+    )
+    g.add_argument("--timeout", type=float, default=10.0, help="math: seconds per item; code: wall seconds")
+    g.add_argument("--sandbox-python")
+    g.set_defaults(func=cmd_grade)
+
+
+def _print_suites() -> int:
+    from harness.evals.suites import SUITES, list_suites
+
+    for name in list_suites():
+        s = SUITES.get(name)
+        pr = s.protocol
+        print(
+            f"{name:16s} {s.kind:6s} n={pr.n_samples:<3d} T={pr.temperature:<4g} top_p={pr.top_p:<4g} "
+            f"max_tokens={pr.max_tokens:<5d} {s.hf_id}  {s.note}"
+        )
+    return 0
+
+
+def _positive(args, names: tuple[str, ...], minimum: int | float = 1) -> None:
+    """Refuse meaningless counts/limits up front: ``--flag`` values below ``minimum``."""
+    for name in names:
+        v = getattr(args, name, None)
+        if v is not None and v < minimum:
+            flag = "--" + name.replace("_", "-")
+            raise ValueError(f"{flag} {v}: must be >= {minimum}")
+
+
+def check_eval_args(args) -> None:
+    """Every value that would make an eval meaningless is refused before any model is loaded."""
+    if args.suites and args.lm_eval_tasks:
+        raise ValueError(
+            "--suites and --lm-eval-tasks are two separate evaluations; give one of them (our suites "
+            "are available to lm-eval as harness_<suite>)"
+        )
+    _positive(
+        args,
+        (
+            "n",
+            "max_tokens",
+            "limit",
+            "batch_size",
+            "threads",
+            "workers",
+            "tensor_parallel_size",
+            "data_parallel_size",
+            "max_model_len",
+        ),
+    )
+    if args.engine != "vllm":
+        given = [f for f in VLLM_FLAGS if getattr(args, f, None) is not None]
+        if given:
+            flags = ", ".join("--" + f.replace("_", "-") for f in given)
+            raise ValueError(f"{flags}: vllm engine option(s); add --engine vllm or drop them")
+    gmu = getattr(args, "gpu_memory_utilization", None)
+    if gmu is not None and not 0 < gmu <= 1:
+        raise ValueError(f"--gpu-memory-utilization {gmu}: allowed 0 < value <= 1")
+    if args.top_p is not None and not 0 < args.top_p <= 1:
+        raise ValueError(f"--top-p {args.top_p}: allowed 0 < top_p <= 1")
+    if args.temperature is not None and not (math.isfinite(args.temperature) and args.temperature >= 0):
+        raise ValueError(f"--temperature {args.temperature}: must be >= 0 and finite (0 = greedy)")
+    if args.out:
+        from harness.io import check_output_dir
+
+        check_output_dir(args.out, "--out")
+
+
+def engine_kwargs(args, chat=None) -> dict:
+    """The engine's keyword arguments from the command line (None = the engine's default)."""
+    kw = {"chat": args.chat if chat is None else chat}
+    if args.engine == "hf":
+        kw.update(batch_size=args.batch_size, device=args.device, threads=args.threads)
+    elif args.engine == "vllm":
+        kw.update(seed=args.seed, **{f: getattr(args, f, None) for f in VLLM_FLAGS})
+    return kw
+
+
+def _check_context_length(args, suite) -> None:
+    """--max-model-len must leave room for the prompt and the protocol's new tokens (else vLLM would cut
+    generations short of max_tokens: a silent protocol change)."""
+    limit = getattr(args, "max_model_len", None)
+    if limit is None:
+        return
+    max_tokens = suite.protocol.with_overrides(max_tokens=args.max_tokens).max_tokens
+    if limit <= max_tokens:
+        raise ValueError(
+            f"--max-model-len {limit} leaves no room for the prompt: suite {suite.name} generates up to "
+            f"{max_tokens} new tokens; raise --max-model-len above {max_tokens} (prompt + new tokens) or lower "
+            "--max-tokens"
+        )
+
+
+def cmd_eval(args) -> int:
+    if args.list_suites:
+        return _print_suites()
+    check_eval_args(args)
+    if args.lm_eval_tasks:
+        return _cmd_lm_eval(args)
+    if not args.model or not args.suites:
+        raise ValueError("harness eval needs --model and --suites (or --list-suites, or --lm-eval-tasks)")
+    from harness.backends import register_model_suite
+    from harness.evals.engines import make_engine
+    from harness.evals.evaluate import evaluate
+    from harness.evals.suites import SUITES, resolve_suites
+
+    register_model_suite(SUITES, args.model)  # an exported run (`harness export`) brings its own task suite
+    suites = resolve_suites(args.suites)
+    for s in suites:  # validate protocol overrides and data before loading a model
+        s.protocol.with_overrides(
+            n_samples=args.n, temperature=args.temperature, top_p=args.top_p, max_tokens=args.max_tokens
+        )
+        s.load(data_dir=args.data_dir, fixtures=args.fixtures, limit=args.limit, template=args.template)
+        _check_context_length(args, s)
+    sandbox = None
+    if any(s.kind == "code" for s in suites):
+        sandbox = _make_sandbox(args.sandbox_python, args.workers, None)
+    try:
+        engine = make_engine(args.engine, args.model, **engine_kwargs(args))
+    except BaseException:
+        if sandbox is not None:
+            sandbox.close()
+        raise
+    out = args.out or os.path.join("evals_out", Path(args.model.rstrip("/")).name)
+    try:
+        summary = evaluate(
+            engine,
+            suites,
+            out,
+            n=args.n,
+            temperature=args.temperature,
+            top_p=args.top_p,
+            max_tokens=args.max_tokens,
+            data_dir=args.data_dir,
+            fixtures=args.fixtures,
+            limit=args.limit,
+            template=args.template,
+            seed=args.seed,
+            workers=args.workers,
+            sandbox=sandbox,
+        )
+    finally:
+        engine.close()
+        if sandbox is not None:
+            sandbox.close()
+    attach_to_run(Path(out) / "results.json", args.model)
+    for name in [s.name for s in suites]:
+        r = summary["suites"][name]
+        m = r["metrics"]
+        extra = "  ".join(f"{k}={v:.4f}" for k, v in m.items() if not k.endswith("_stderr") and k != r["primary"])
+        print(
+            f"{name:16s} {r['primary']}={m[r['primary']]:.4f} ± {m.get(r['primary'] + '_stderr', 0):.4f}  "
+            f"(n_problems={r['n_problems']}, n={r['n_samples']}, T={r['temperature']:g}, top_p={r['top_p']:g}, "
+            f"max_tokens={r['max_tokens']})  {extra}"
+        )
+    print(f"results: {Path(out) / 'results.json'}")
+    return 0
+
+
+def attach_to_run(results_path: Path, model: str) -> None:
+    """A model directory exported from a run (``harness_run.json``) gives its results the run's identity (run id,
+    method, seed, step), so tables show them under that method and seed instead of an anonymous eval-only row."""
+    from harness.io import atomic_write_json
+    from harness.run.records import read_model_run
+
+    run = read_model_run(model) if Path(model).is_dir() else None
+    if run is None:
+        return
+    summary = json.loads(results_path.read_text())
+    if summary.get("run") not in (None, run):
+        raise ValueError(f"{results_path} holds results of run {summary['run'].get('run_id')}; use another --out")
+    summary["run"] = run
+    atomic_write_json(results_path, summary)
+    print(f"attached to run {run['run_id']} ({run['method']}, seed {run['seed']}, step {run['step']})")
+
+
+def lm_eval_gen_kwargs(args) -> dict:
+    """The generation flags ``--lm-eval-tasks`` passes to lm-eval (``gen_kwargs``: they update every generation
+    task's ``generation_kwargs``); ``--n`` is refused by name (an lm-eval task sets its samples per problem in its
+    config, ``repeats``, which its metrics and filters depend on). ``--tensor-parallel-size`` and the other vllm
+    flags go to the engine (``engine_kwargs``)."""
+    from harness.evals.lm_eval_bridge import gen_kwargs_of
+
+    if args.n is not None:
+        raise ValueError(
+            f"--n {args.n}: not passed to lm-eval tasks, which set their samples per problem in their task config "
+            "(repeats; harness_aime24: 32); drop --n, or score our suites with --suites"
+        )
+    return gen_kwargs_of(args.temperature, args.top_p, args.max_tokens)
+
+
+def _cmd_lm_eval(args) -> int:
+    from harness import provenance
+    from harness.evals.engines import make_engine
+    from harness.evals.lm_eval_bridge import run_lm_eval, write_lm_eval_output
+
+    if not args.model:
+        raise ValueError("--lm-eval-tasks needs --model")
+    gen_kwargs = lm_eval_gen_kwargs(args)
+    try:
+        meta = json.loads(args.lm_eval_metadata) if args.lm_eval_metadata else {}
+    except ValueError as e:
+        raise ValueError(f"--lm-eval-metadata is not valid JSON: {e}") from None
+    if args.data_dir:
+        meta.setdefault("data_dir", args.data_dir)
+    if args.fixtures:
+        meta.setdefault("fixtures", True)
+    if args.template:
+        meta.setdefault("template", args.template)
+    kwargs = engine_kwargs(args, chat=bool(args.chat))
+    engine = make_engine(args.engine, args.model, **kwargs)
+    tasks = [t.strip() for t in args.lm_eval_tasks.split(",") if t.strip()]
+    try:
+        res = run_lm_eval(
+            engine,
+            tasks,
+            include_path=args.include_path,
+            limit=args.limit,
+            metadata=meta,
+            apply_chat_template=bool(args.chat),
+            gen_kwargs=gen_kwargs,
+        )
+    finally:
+        engine.close()
+    out = Path(args.out or os.path.join("evals_out", Path(args.model.rstrip("/")).name))
+    out.mkdir(parents=True, exist_ok=True)
+    info = {
+        "model": args.model,
+        "engine": args.engine,
+        "engine_options": {k: v for k, v in kwargs.items() if v is not None},
+        "gen_kwargs": gen_kwargs,
+        "tasks": tasks,
+        "limit": args.limit,
+        "provenance": provenance.collect(),
+    }
+    write_lm_eval_output(res, out, info)
+    for task, metrics in res["results"].items():
+        shown = "  ".join(f"{k}={v:.4f}" for k, v in metrics.items() if isinstance(v, float))
+        print(f"{task:24s} {shown}")
+    print(f"results: {out / 'lm_eval_results.json'} (samples: {out}/lm_eval_samples_<task>.jsonl)")
+    return 0
+
+
+def _make_sandbox(python, workers, wall):
+    from harness.evals.sandbox import Limits, Sandbox
+
+    lim = Limits(wall_s=wall, cpu_s=int(wall)) if wall else None
+    sb = Sandbox(python=python, workers=workers, limits=lim)
+    print(sb.describe(), file=sys.stderr)
+    return sb
+
+
+def _kind_of(row: dict) -> str:
+    if any(k in row for k in ("test", "test_list", "tests", "entry_point", "input_output")):
+        return "code"
+    return "math"
+
+
+def cmd_grade(args) -> int:
+    from harness.evals.evaluate import grade_items
+    from harness.io import check_output_file, write_jsonl
+
+    src, dst = Path(args.input), Path(args.output)
+    if not src.exists():
+        raise FileNotFoundError(f"input file {src} does not exist")
+    if dst.resolve() == src.resolve():
+        raise ValueError("--output must differ from --input (the input is never overwritten)")
+    check_output_file(dst, "--output")
+    if not args.timeout > 0:  # a zero budget makes verdicts depend on machine load (differ between reruns)
+        raise ValueError(f"--timeout {args.timeout}: must be > 0 seconds")
+    _positive(args, ("workers",))
+    rows, kinds = [], []
+    for ln, line in enumerate(src.read_text().splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except ValueError as e:
+            raise ValueError(f"{src}:{ln}: not valid JSON ({e})") from None
+        if not isinstance(row, dict):
+            raise ValueError(f"{src}:{ln}: expected a JSON object")
+        kind = args.kind if args.kind != "auto" else _kind_of(row)
+        need = MATH_FIELDS if kind == "math" else ("id", "response")
+        missing = [f for f in need if f not in row]
+        if missing:
+            what = "math lines need id, response, answer" if kind == "math" else CODE_HINT
+            raise ValueError(f"{src}:{ln}: missing field(s) {', '.join(missing)} ({what})")
+        if kind == "code" and not any(row.get(k) for k in TEST_FIELDS):
+            raise ValueError(
+                f"{src}:{ln}: a code line with no tests (one of {', '.join(TEST_FIELDS)} must be "
+                f"non-empty); without tests no verdict means anything"
+            )
+        rows.append(row)
+        kinds.append(kind)
+    verdicts: list[dict | None] = [None] * len(rows)
+    for kind in ("math", "code"):
+        idx = [i for i, k in enumerate(kinds) if k == kind]
+        if not idx:
+            continue
+        sandbox = _make_sandbox(args.sandbox_python, args.workers, args.timeout) if kind == "code" else None
+        try:
+            res = grade_items(
+                kind,
+                [rows[i] for i in idx],
+                workers=args.workers,
+                sandbox=sandbox,
+                math_timeout_s=args.timeout,
+                progress=True,
+                boxes=args.boxes,
+            )
+        finally:
+            if sandbox is not None:
+                sandbox.close()
+        for i, v in zip(idx, res):
+            verdicts[i] = v
+    out_rows = []
+    for row, kind, v in zip(rows, kinds, verdicts):
+        extra = {"correct": v["correct"]}
+        if kind == "code":
+            extra.update(status=v["status"], detail=v["detail"])
+        else:
+            extra.update(pred=v.get("pred"), reason=v.get("reason"))
+        out_rows.append({**row, **extra})
+    dst.parent.mkdir(parents=True, exist_ok=True)
+    write_jsonl(dst, out_rows)
+    n_ok = sum(r["correct"] for r in out_rows)
+    print(f"graded {len(out_rows)} lines: {n_ok} correct ({n_ok / max(1, len(out_rows)):.1%}) -> {dst}")
+    return 0

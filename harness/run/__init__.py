@@ -1,0 +1,1 @@
+"""A run's lifecycle: config, runner, run directory, records, metrics, trackers, after-training, export."""

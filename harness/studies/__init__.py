@@ -1,0 +1,1 @@
+"""Registered studies: the mechanism lab, its theorem ladder, probe and verdicts."""

@@ -1,0 +1,1 @@
+"""Helpers shared by test folders (job targets for the sweep layer)."""
