@@ -21,7 +21,9 @@ ROOT = Path(__file__).resolve().parents[2]
 RESULTS = ROOT / "results" / "mechanism"
 # (folder of archives, committed output folder): `harness mechanism RUNS --out OUT` reproduces OUT/mechanism.json.
 # Study B (docs/mechanism_prereg.md, amendment 2): each warm-start level analysed on its own.
+# Study B at 500 steps (amendment 3): the same, in family_b_500.
 MECHANISM = [("runs", "."), ("family_b/ws150/runs", "family_b/ws150"), ("family_b/ws500/runs", "family_b/ws500")]
+MECHANISM += [(f"family_b_500/ws{level}/runs", f"family_b_500/ws{level}") for level in (150, 500)]
 DOC_BLOCKS = [
     ("Study A: ordered countdown, pocket-0.3m, GRPO and KL-Cov, seeds 1000-1004", "mechanism.json"),
     ("Theorem ladder: first-order rung (GRPO, pocket-0.3m, one update per rollout)", "theorem/theorem.json"),
