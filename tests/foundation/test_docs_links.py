@@ -24,7 +24,7 @@ HEADING = re.compile(r"^#{1,6}\s+(.*?)\s*#*\s*$")
 def markdown_files() -> list[Path]:
     files = [ROOT / "README.md", ROOT / "benchmarks" / "README.md"]
     files += sorted((ROOT / "docs").rglob("*.md")) + sorted((ROOT / "results").rglob("README.md"))
-    return [f for f in files if f.is_file()]
+    return [f for f in files if f.is_file() and not str(f.relative_to(ROOT)).startswith(GENERATED)]
 
 
 def prose_lines(text: str):
