@@ -5,8 +5,11 @@ BIN     := $(VENV)/bin
 PIP     := $(BIN)/python -m pip
 STAMP   := $(VENV)/.installed
 EXTRAS  ?= test,eval,log
+# where `make quickstart` / `make report` write; the committed results/quickstart/ only when asked:
+# `make quickstart RESULTS=results/quickstart`
+RESULTS ?= results/quickstart-local
 
-.PHONY: setup setup-slow quickstart report test lint test-slow test-slurm test-openrlhf setup-openrlhf rehearsal bench bench-pocket setup-trl clean
+.PHONY: setup setup-slow quickstart report compare test lint test-slow test-slurm test-openrlhf setup-openrlhf rehearsal bench bench-pocket setup-trl clean
 
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -17,11 +20,16 @@ $(STAMP): pyproject.toml constraints.txt
 
 setup: $(STAMP)
 
-quickstart: setup
-	$(BIN)/harness sweep sweeps/quickstart.yaml --runs-dir runs/quickstart --results-dir results/quickstart
+quickstart: setup  # the sweep -> $(RESULTS), then its cells beside the committed results/quickstart/
+	$(BIN)/harness sweep sweeps/quickstart.yaml --runs-dir runs/quickstart --results-dir $(RESULTS)
+	$(MAKE) --no-print-directory compare
 
-report: setup  # regenerate results/quickstart/ from runs/quickstart/
-	$(BIN)/harness report runs/quickstart --out results/quickstart
+report: setup  # the report of runs/quickstart/ -> $(RESULTS) (RESULTS=results/quickstart regenerates the committed one)
+	$(BIN)/harness report runs/quickstart --out $(RESULTS)
+
+compare: setup  # per cell: the committed mean ± 95% CI vs the new mean (nothing to compare when RESULTS is the committed folder)
+	@if [ "$(RESULTS)" = results/quickstart ]; then echo "RESULTS is the committed results/quickstart: nothing to compare"; \
+	else $(BIN)/python -m harness.results.compare results/quickstart $(RESULTS); fi
 
 test: setup  # lint first (ruff, config in pyproject.toml), then the default suite
 	$(BIN)/ruff check .

@@ -46,3 +46,15 @@ def test_duplicate_name_is_an_error(capped_pg):
 def test_readme_shows_the_example_verbatim():
     readme = (EXAMPLE.parents[2] / "README.md").read_text()
     assert EXAMPLE.read_text().split('"""', 2)[2].strip() in readme
+
+
+def test_the_example_trains_from_a_config(capped_pg, tiny, tmp_path):
+    """The README's "train it" step: a config naming the method (here 2 steps of the tiny pocket run) trains it."""
+    from harness.run.runner import run
+
+    tiny["method"] = {"name": "capped_pg", "cap": 1.5}
+    tiny["train"]["steps"] = 2
+    result = run(tiny, tmp_path / "run", quiet=True)
+    assert result["status"] == "completed" and result["updates"] == {"made": 2, "expected": 2}
+    assert result["method"] == "capped_pg" and result["method_config"]["cap"] == 1.5
+    assert len((tmp_path / "run" / "metrics.jsonl").read_text().splitlines()) == 2

@@ -287,7 +287,7 @@ def test_chart_hover_shows_the_logged_value_and_legend_toggles_a_series(driver, 
 
 def test_screenshot_of_the_committed_leaderboard_page(driver):
     """docs/img/site.png: the committed example's mechanism leaderboard (3 seeds: intervals, n, paired Δ, a flagged
-    row), scrolled to the table and palette-quantised to stay small (the README shows it)."""
+    row), scrolled to the table and palette-quantised to stay small (docs/site.md shows it)."""
     from PIL import Image
 
     driver.set_window_size(1360, 900)

@@ -1,4 +1,4 @@
-"""The whole lab through the CLI: every claim has a verdict with evidence (its run time is reported in the README,
+"""The whole lab through the CLI: every claim has a verdict with evidence (its run time is reported in docs/theory.md,
 not asserted: timings belong to benchmarks)."""
 
 import json
