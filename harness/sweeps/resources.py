@@ -145,10 +145,10 @@ def local_parallelism(resources: Mapping) -> int:
 def with_layout(config: Mapping, resources: Mapping, explicit: set[str], where: str) -> dict:
     """A backend that places its own workers (its ``layout``, e.g. OpenRLHF's Ray over nodes x GPUs) gets the job
     it needs: the layout's keys are derived from the run config; one a spec states (``explicit``) must agree."""
-    from harness.backends import get_backend
+    from harness.backends import DEFAULT_BACKEND, get_backend
     from harness.run.config import load_config
 
-    backend = get_backend(config.get("backend", "pocket"))
+    backend = get_backend(config.get("backend", DEFAULT_BACKEND))
     if "places_workers" not in backend.capabilities:
         return dict(resources)
     out = dict(resources)
