@@ -192,7 +192,8 @@ def build(cls, data: Any, path: str, error: type[Exception] = ConfigError, also:
         k, allowed = unknown[0], [*fields, *also]
         where = f"{path}.{k}" if path else str(k)
         under = f" under {path}" if path else ""
-        raise error(f"{where}: unknown key.{suggestion(k, allowed)} Allowed keys{under}: {', '.join(allowed)}")
+        close = suggestion(k, allowed, cutoff=0.4)  # key names are short: `gpus` for gpus_per_node
+        raise error(f"{where}: unknown key.{close} Allowed keys{under}: {', '.join(allowed)}")
     kwargs = {}
     for name, f in fields.items():
         if name not in data:

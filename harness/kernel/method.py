@@ -49,8 +49,20 @@ from harness.registry import Registry, suggestion
 
 torch = lazy_import("torch")
 
+
+def _adopt_method(ref: str, cls) -> type[MethodBase]:
+    """A method class named ``package.module:Name`` that its module did not register: registered under ``ref`` (its
+    name, so configs, run ids and metrics name the reference every process can import again)."""
+    if not (isinstance(cls, type) and issubclass(cls, MethodBase)):
+        raise TypeError(f"{cls!r} is not a method class (a subclass of harness.MethodBase)")
+    return register_method(ref)(cls)
+
+
 METHODS: Registry[type[Method]] = Registry(
-    "method", autoload=["harness.baselines", "harness.methods"], entry_points="entropy_harness.methods"
+    "method",
+    autoload=["harness.baselines", "harness.methods"],
+    entry_points="entropy_harness.methods",
+    adopt=_adopt_method,
 )
 ADVANTAGES: Registry[AdvantageEstimator] = Registry(
     "advantage estimator", autoload=["harness.baselines", "harness.methods"], entry_points="entropy_harness.advantages"
