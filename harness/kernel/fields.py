@@ -2,9 +2,10 @@
 config section (a dataclass) from a mapping.
 
 Every typed setting is declared with ``opt``: the core run-config sections (harness/run/config.py), each backend's
-sections (harness/backends/*/options.py), method hyperparameters (``harness.hparam`` is this ``opt``) and
-advantage-estimator options (``harness.option`` is this ``opt`` too), so one value is read, refused and reported by
-the same rules everywhere. Numbers written as strings (YAML 1.1 reads ``2e-3`` and ``1e9`` as strings) are read as
+sections (harness/backends/*/options.py), method hyperparameters (``harness.hparam`` is this ``opt``),
+advantage-estimator options (``harness.option`` is this ``opt`` too), task options (``Task.options_schema``) and a
+sweep's resource keys (harness/sweeps/resources.py), so one value is read, refused and reported by the same rules
+everywhere. Numbers written as strings (YAML 1.1 reads ``2e-3`` and ``1e9`` as strings) are read as
 numbers; an integer field takes an integral float (``1e9`` -> 1000000000) and refuses any other.
 """
 
@@ -22,7 +23,7 @@ from harness.errors import ConfigError, suggestion
 
 NUMBER = re.compile(r"[-+]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?")  # YAML 1.2 decimal and scientific forms
 INTEGER = re.compile(r"[-+]?\d+")
-KINDS = (bool, int, float, str, dict, list, "str?", "int?", "float?")
+KINDS = (bool, int, float, str, dict, list, "str?", "int?", "float?", object)  # object: any value
 # a dataclass annotation (a string under `from __future__ import annotations`) -> the kind it implies
 _ANNOTATED = {
     **{t.__name__: t for t in (bool, int, float, str, dict)},
@@ -43,6 +44,7 @@ def opt(
     low_open: bool = False,
     off=None,
     why: str = "",
+    check=None,
     measures: bool = True,
     late: bool = False,
     factory=None,
@@ -50,11 +52,12 @@ def opt(
     """A typed, documented field (a ``dataclasses.field``).
 
     ``kind``: one of ``KINDS`` (``'int?'`` etc. also take null; ``list`` is a list of names, ``choices`` then applies
-    to each); None: the field's annotation (``float``, ``str | None``, ...) or else the default's type; a field of
-    no known kind is not type-checked. ``choices``: the allowed values. ``low``/``high``: an inclusive range,
-    ``low_open=True`` makes the lower bound strict. ``off``: a value that switches the feature off and skips the range
-    check (``clip_ratio_c=0``). ``why``: appended to a range refusal (the reason for the bound). ``factory``: a
-    callable giving the default (instead of ``default``).
+    to each; ``object``: any value); None: the field's annotation (``float``, ``str | None``, ...) or else the
+    default's type; a field of no known kind is not type-checked. ``choices``: the allowed values. ``low``/``high``:
+    an inclusive range, ``low_open=True`` makes the lower bound strict. ``off``: a value that switches the feature
+    off and skips the range check (``clip_ratio_c=0``). ``why``: appended to a range refusal (the reason for the
+    bound). ``check``: what the keywords cannot say, ``check(value) -> None`` or the text of what is allowed.
+    ``factory``: a callable giving the default (instead of ``default``).
 
     Run identity: ``measures=False`` marks a setting that does not change what a run measures (logging, paths,
     resources): its value is reset to the default in the run id. ``late=True`` marks a field added after run ids were
@@ -71,6 +74,7 @@ def opt(
         "low_open": low_open,
         "off": off,
         "why": why,
+        "check": check,
         "help": help,
         "measures": measures,
         "late": late,
@@ -166,7 +170,17 @@ def check_value(value: Any, meta: Mapping, path: str, error: type[Exception] = C
         raise error(f"{path}: {given!r} must be {'>' if meta.get('low_open') else '>='} {low}{alt}{why}")
     if high is not None and value > high:
         raise error(f"{path}: {given!r} must be <= {high}{why}")
+    problem = meta["check"](value) if meta.get("check") else None
+    if problem:
+        raise error(f"{path}: {given!r} is not allowed; {problem}")
     return value
+
+
+def as_recorded(given: Any, typed: Any) -> Any:
+    """What a config records for an option of an open mapping (estimator, task options) checked from ``given``: the
+    typed value (``2e-3`` -> 0.002, ``1e3`` for an integer -> 1000), except an integer given for a float option,
+    recorded as written (``alpha: 1``), as the run ids published before these options were typed hash it."""
+    return given if type(given) is int and type(typed) is float else typed
 
 
 def refuse_non_measuring(fields, owner: str) -> None:

@@ -42,7 +42,7 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from harness.kernel import ops
-from harness.kernel.fields import check_value, default_of, opt, refuse_non_measuring, spec
+from harness.kernel.fields import as_recorded, check_value, default_of, opt, refuse_non_measuring, spec
 from harness.kernel.lazy import lazy_import
 from harness.kernel.validation import check_group_ids, check_mask, check_sample_tensor, check_token_tensor, valid_tokens
 from harness.registry import Registry, suggestion
@@ -141,19 +141,19 @@ class AdvantageEstimator:
 
     def validate(self, given: dict, merged: dict, owner: str) -> dict:
         """Refuse unknown options and bad values (type of the default, range, choices) when a method is built;
-        returns ``given`` as recorded: each value as given, but a number written as a string read as the number."""
+        returns ``given`` as the config records it (``harness.kernel.fields.as_recorded``)."""
         unknown = set(given) - set(self.options)
         if unknown:
             raise HyperparameterError(
                 f"{owner}: unknown advantage option(s) {sorted(unknown)} for estimator {self.name!r}; "
                 f"valid: {_fmt_defaults(self.options) or '(none)'}"
             )
-        out = dict(given)
+        out = {}
         for key, value in given.items():
             meta = spec(self.specs.get(key) or opt(self.options[key]))
-            checked = check_value(value, meta, f"{owner}.advantage_options.{key}", HyperparameterError)
-            if isinstance(value, str):
-                out[key] = checked
+            out[key] = as_recorded(
+                value, check_value(value, meta, f"{owner}.advantage_options.{key}", HyperparameterError)
+            )
         if self.check is not None:
             try:
                 self.check({**merged, **out})

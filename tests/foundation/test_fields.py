@@ -97,6 +97,7 @@ def test_a_yaml_file_an_override_and_a_python_dict_give_one_config():
             ["method={name: prime, advantage_options: {beta: big}}", "train.samples_per_prompt=2"],
             "method: prime.advantage_options.beta: expected a number, got 'big'",
         ),
+        ("task", ["task.options={digits: big}"], "task.options.digits: expected an integer, got 'big'"),
     ],
 )
 def test_one_bad_value_gets_one_message_wherever_it_is_written(where, overrides, message):
@@ -143,3 +144,42 @@ def test_every_backend_section_is_declared_with_the_one_language():
     for path, cls in owned_sections().items():
         for f in dataclasses.fields(cls):
             assert {"kind", "help", "measures", "late"} <= set(f.metadata), f"{path}.{f.name}"
+
+
+def test_task_options_read_numbers_and_are_recorded_typed():
+    cfg = load_config({}, ["task.name=gsm_arith", "task.options={pool: 1e3, shots: 2, levels: 12}"])
+    assert cfg.task.options == {"pool": 1000, "shots": 2, "levels": 12} and type(cfg.task.options["pool"]) is int
+    assert (
+        cfg.run_id()
+        == load_config({}, ["task.name=gsm_arith", "task.options={pool: 1000, shots: 2, levels: 12}"]).run_id()
+    )
+
+
+def test_a_plugin_tasks_option_pairs_still_work():
+    """Tasks registered by other packages may declare ``options_schema = {name: (default, check)}`` (before opt)."""
+    from harness.backends.pocket.tasks import _check_options
+
+    schema = {"size": (3, lambda v: None if v in (3, 5) else "expected 3 or 5"), "mode": opt("a", choices=("a", "b"))}
+    assert _check_options("t", {"size": 5}, schema) == ({"size": 5, "mode": "a"}, {"size": 5})
+    with pytest.raises(ConfigError, match=r"^task.options.size: 4 is not allowed; expected 3 or 5$"):
+        _check_options("t", {"size": 4}, schema)
+
+
+@pytest.mark.parametrize(
+    "resources, result",
+    [
+        ({"timeout_min": "1e2", "mem_gb": 64, "setup": ["module load x, y"]}, None),
+        ({"nodes": 1.5}, "resources.default.nodes: expected an integer, got 1.5"),
+        ({"nodes": 0}, "resources.default.nodes: 0 must be >= 1"),
+        ({"setup": "module load x"}, "resources.default.setup: 'module load x' is not allowed; expected a list of"),
+    ],
+)
+def test_resource_options_are_checked_by_the_same_rules(resources, result):
+    from harness.sweeps.resources import check_resources
+
+    if result is None:
+        assert check_resources(resources, "resources.default") == {**resources, "timeout_min": 100}
+    else:
+        with pytest.raises(ValueError) as e:
+            check_resources(resources, "resources.default")
+        assert str(e.value).startswith(result)

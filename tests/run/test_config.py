@@ -61,7 +61,7 @@ def test_unknown_model_size_and_task_did_you_mean(tiny):
     assert "task.options.digts: unknown option for task 'arith'. Did you mean 'digits'?" in err(
         tiny, ["task.name=arith", "task.options={digts: 3}"]
     )
-    assert "task.options.digits: 9 is not allowed" in err(tiny, ["task.name=arith", "task.options={digits: 9}"])
+    assert "task.options.digits: 9 must be <= 4" in err(tiny, ["task.name=arith", "task.options={digits: 9}"])
     assert "JSONL file not found" in err(tiny, ["task.name=/nonexistent/problems.jsonl"])
 
 

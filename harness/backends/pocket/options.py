@@ -48,7 +48,7 @@ def validate(cfg) -> None:
             f"model.warm_start.enabled: true only applies to pocket sizes; {cfg.model.name!r} is a "
             f"pretrained checkpoint (allowed here: auto, false)"
         )
-    tasks.check_task(cfg.task.name, cfg.task.options)
+    cfg.task.options = tasks.check_task(cfg.task.name, cfg.task.options)
     from harness.backends.pocket.pretrained import check_task_fields
 
     check_task_fields(cfg.task)
