@@ -5,7 +5,8 @@ the current policy (harness.kernel.ops.entropy_from_logits on temperature-scaled
 scripts run with coef = 0; 1e-3 here is verl's historical default and the middle of the paper's alpha sweep.
 """
 
-from harness.kernel.method import Method, hparam, register_method
+from harness.kernel.fields import opt
+from harness.kernel.method import Method, register_method
 
 
 @register_method("entropy_bonus")
@@ -13,7 +14,7 @@ class EntropyBonus(Method):
     """GRPO + entropy regularisation."""
 
     needs_entropy = True
-    coef: float = hparam(1e-3, "entropy coefficient alpha (loss -= alpha * entropy)")
+    coef: float = opt(1e-3, "entropy coefficient alpha (loss -= alpha * entropy)")
 
     def extra_loss(self, loss, entropy, mask):
         if entropy is None:

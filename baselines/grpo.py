@@ -8,15 +8,16 @@ scripts' settings; ``clip_ratio_c: 3`` and ``log_ratio_clamp: 20`` give verl's a
 
 from __future__ import annotations
 
+from harness.kernel.fields import opt
 from harness.kernel.lazy import lazy_import
-from harness.kernel.method import Method, option, register_advantage, register_method
+from harness.kernel.method import Method, register_advantage, register_method
 
 torch = lazy_import("torch")
 
 GRPO_EPS = 1e-6
 
 
-@register_advantage("grpo", options={"std_normalize": option(True, "divide by the group std (False: Dr. GRPO)")})
+@register_advantage("grpo", options={"std_normalize": opt(True, "divide by the group std (False: Dr. GRPO)")})
 def grpo_advantage(scores, group, n_groups, mask, options):
     """Group-normalised outcome advantage, broadcast over the response tokens."""
     from harness.kernel.ops import group_stats

@@ -20,18 +20,19 @@ from __future__ import annotations
 import dataclasses
 
 from harness.kernel import ops
+from harness.kernel.fields import opt
 from harness.kernel.lazy import lazy_import
-from harness.kernel.method import AuxiliaryModel, Method, hparam, option, register_advantage, register_method
+from harness.kernel.method import AuxiliaryModel, Method, register_advantage, register_method
 
 torch = lazy_import("torch")
 F = lazy_import("torch.nn.functional")
 
 PRIME_OPTIONS = {
-    "beta": option(0.05, "implicit-reward scale beta (PRM loss and rewards)", low=0.0, low_open=True),
-    "process_coef": option(5.0, "weight of the process rewards", low=0.0),
-    "outcome_coef": option(5.0, "weight of the outcome reward", low=0.0),
-    "drop_last_process_reward": option(True, "no process reward on the last token (verl's port)"),
-    "norm": option("batch_norm", "process-reward normalisation", choices=("batch_norm", "none")),
+    "beta": opt(0.05, "implicit-reward scale beta (PRM loss and rewards)", low=0.0, low_open=True),
+    "process_coef": opt(5.0, "weight of the process rewards", low=0.0),
+    "outcome_coef": opt(5.0, "weight of the outcome reward", low=0.0),
+    "drop_last_process_reward": opt(True, "no process reward on the last token (verl's port)"),
+    "norm": opt("batch_norm", "process-reward normalisation", choices=("batch_norm", "none")),
 }
 
 
@@ -113,10 +114,10 @@ class PRIME(Method):
 
     ``prm_*`` fields configure the backend's online PRM training (verl recipe defaults)."""
 
-    advantage: str = hparam("prime", "advantage estimator (see harness.list_advantages())")
-    prm_lr: float = hparam(1e-6, "learning rate of the implicit PRM", low=0.0)
-    prm_grad_clip: float = hparam(10.0, "grad-norm clip of the PRM update", low=0.0)
-    prm_update: str = hparam(
+    advantage: str = opt("prime", "advantage estimator (see harness.list_advantages())")
+    prm_lr: float = opt(1e-6, "learning rate of the implicit PRM", low=0.0)
+    prm_grad_clip: float = opt(10.0, "grad-norm clip of the PRM update", low=0.0)
+    prm_update: str = opt(
         "before", "update the PRM before computing rewards (double forward) or after", choices=("before", "after")
     )
 

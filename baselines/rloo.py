@@ -6,8 +6,9 @@ Loss: PPO clip (0.2, 0.2), token-mean.
 
 from __future__ import annotations
 
+from harness.kernel.fields import opt
 from harness.kernel.lazy import lazy_import
-from harness.kernel.method import Method, hparam, register_advantage, register_method
+from harness.kernel.method import Method, register_advantage, register_method
 
 torch = lazy_import("torch")
 
@@ -27,4 +28,4 @@ def rloo_advantage(scores, group, n_groups, mask, options):
 class RLOO(Method):
     """RLOO advantages + PPO clip (0.2, 0.2)."""
 
-    advantage: str = hparam("rloo", "advantage estimator (see harness.list_advantages())")
+    advantage: str = opt("rloo", "advantage estimator (see harness.list_advantages())")

@@ -98,8 +98,10 @@ def score_suite(
         row = {**row, **v}
         graded.append(row)
         per[row["id"]]["correct"].append(bool(v["correct"]))
-        if suite.kind in ("math", "pocket"):
-            per[row["id"]]["answers"].append(answer_key(v.get("pred")) if suite.kind == "math" else v.get("pred"))
+        if suite.exact_answers:  # a backend's task suite: its own verifier's canonical answer
+            per[row["id"]]["answers"].append(v.get("pred"))
+        elif suite.kind == "math":
+            per[row["id"]]["answers"].append(answer_key(v.get("pred")))
     per_problem = [per[p["id"]] for p in problems]
     if suite.kind == "math" and protocol.n_samples > 1:  # maj@k over equivalence classes, not strings
         from .math_grader import merge_equivalent_answers

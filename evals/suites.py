@@ -97,6 +97,7 @@ class Suite:
     note: str = ""
     loader: Callable[[Suite], list[dict]] | None = None  # custom (e.g. a backend's generated task)
     grader: Callable[[list[dict]], list[dict]] | None = None  # its own verifier (rows -> verdicts), else by kind
+    exact_answers: bool = False  # its grader's ``pred`` is the canonical answer: maj@k counts equal strings
     revision: str | None = None  # hub commit loaded (datasets.load_dataset(..., revision=)); None: the hub's main
 
     def format_prompt(self, row: dict, template: str | None = None) -> str:

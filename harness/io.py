@@ -327,6 +327,15 @@ def _strict_loader():
         return yaml.SafeLoader.construct_mapping(loader, node, deep=deep)
 
     StrictLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, construct_mapping)
+    # YAML 1.2's scientific notation: YAML 1.1 (PyYAML) reads 2e-3, 1e9 and 1.0e9 as strings (it wants a dot and a
+    # signed exponent). Only forms with an exponent are added, so integers and plain decimals resolve as before.
+    import re
+
+    StrictLoader.add_implicit_resolver(
+        "tag:yaml.org,2002:float",
+        re.compile(r"^[-+]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)[eE][-+]?[0-9]+$"),
+        list("-+0123456789."),
+    )
     return StrictLoader
 
 
@@ -351,8 +360,11 @@ def yaml_problem(e: Exception) -> str:
     return str(e).splitlines()[0] if str(e) else type(e).__name__
 
 
-def read_yaml_mapping(path: str | os.PathLike, error: type[Exception], what: str, expected: str) -> dict:
-    """A YAML file that must hold a mapping (empty file = {}); ``error`` names the file and the problem."""
+def read_yaml_mapping(
+    path: str | os.PathLike, error: type[Exception], what: str, expected: str, empty: str | None = None
+) -> dict:
+    """A YAML file that must hold a mapping; ``error`` names the file and the problem. An empty (or comment-only)
+    file is ``{}``, or refused when ``empty`` says what to write instead."""
     import yaml
 
     path = Path(path)
@@ -367,6 +379,8 @@ def read_yaml_mapping(path: str | os.PathLike, error: type[Exception], what: str
     except yaml.YAMLError as e:
         raise error(f"{path}: not valid YAML: {yaml_problem(e)}") from None
     if data is None:
+        if empty:
+            raise error(f"{path}: the file is empty (no keys, or only comments); {empty}")
         data = {}
     if not isinstance(data, dict):
         raise error(f"{path}: {what} must be a mapping with {expected}")

@@ -47,7 +47,6 @@ PACKAGES = {
     "torch": "torch",
     "transformers": "transformers",
     "vllm": "vllm",
-    "openrlhf": "openrlhf",
     "lm-eval": "lm_eval",
     "math-verify": "math-verify",
     "harness": "entropy-harness",
@@ -121,8 +120,11 @@ def _check_entry(d: Mapping) -> dict:
 
 
 def package_versions() -> dict[str, str | None]:
+    """``PACKAGES`` and the distributions the backends run on (``Backend.packages``) -> installed version or None."""
+    from harness.backends import provenance_packages  # the backend registry (no backend's heavy code)
+
     out: dict[str, str | None] = {}
-    for key, dist in PACKAGES.items():
+    for key, dist in {**PACKAGES, **{p: p for p in provenance_packages()}}.items():
         try:
             out[key] = metadata.version(dist)
         except metadata.PackageNotFoundError:

@@ -16,7 +16,8 @@ Outside this repository: a package declares entry points in the registry's group
 ``entropy_harness.advantages``, ``entropy_harness.tasks``, ``entropy_harness.suites``,
 ``entropy_harness.backends``), each naming a module that registers on import (or an object, registered under the
 entry point's name); they load on the first lookup, like the built-ins. A name ``package.module:Name`` imports
-that module on lookup and returns what it registered as ``Name`` (no installation needed).
+that module on lookup and returns what it registered as ``Name`` (no installation needed); a registry with an
+``adopt`` hook (methods) registers an object the module did not register, under that reference.
 """
 
 from __future__ import annotations
@@ -57,8 +58,15 @@ def import_submodules(package: str) -> None:
 class Registry(Generic[T]):
     """A name -> object map with did-you-mean errors, duplicate protection and lazy autoload."""
 
-    def __init__(self, what: str, autoload: Iterable[str] = (), entry_points: str | None = None):
+    def __init__(
+        self,
+        what: str,
+        autoload: Iterable[str] = (),
+        entry_points: str | None = None,
+        adopt: Callable[[str, T], T] | None = None,
+    ):
         self.what = what
+        self._adopt = adopt  # (reference, object) -> the object registered under the reference; TypeError if unfit
         self._items: dict[str, T] = {}
         self._autoload = list(autoload)
         self._group = entry_points  # entry-point group of installed packages that extend this registry
@@ -124,7 +132,8 @@ class Registry(Generic[T]):
             raise UnknownNameError(did_you_mean(name, self._items, self.what)) from None
 
     def _import_reference(self, ref: str) -> T:
-        """``package.module:Name``: import the module; ``Name`` must be something it registered here."""
+        """``package.module:Name``: import the module; ``Name`` is what it registered here, or what ``adopt``
+        registers under ``ref``."""
         module, _, attr = ref.partition(":")
         try:
             obj = getattr(importlib.import_module(module), attr)
@@ -132,6 +141,11 @@ class Registry(Generic[T]):
             raise UnknownNameError(f"{self.what} {ref!r}: cannot import it ({type(e).__name__}: {e})") from None
         if any(item is obj for item in self._items.values()):
             return obj
+        if self._adopt is not None:
+            try:
+                return self._adopt(ref, obj)
+            except (TypeError, ValueError) as e:
+                raise UnknownNameError(f"{self.what} {ref!r}: {e}") from None
         raise UnknownNameError(
             f"{self.what} {ref!r}: {module} was imported but {attr} is not a registered {self.what} "
             f"(register it in its module, e.g. with the registry's decorator)"

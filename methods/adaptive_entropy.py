@@ -24,7 +24,8 @@ from __future__ import annotations
 import math
 
 from harness.kernel import ops
-from harness.kernel.method import Method, TokenLoss, hparam, register_method
+from harness.kernel.fields import opt
+from harness.kernel.method import Method, TokenLoss, register_method
 
 VARIANTS = {"skywork": ("rollout/neg_logprob", "<", True), "trl": ("entropy/rollout_token_mean", "<=", False)}
 
@@ -34,12 +35,12 @@ class AdaptiveEntropy(Method):
     """GRPO + an entropy bonus gated on a target; its coefficient adapts every step (Skywork-OR1; TRL variant)."""
 
     needs_entropy = True
-    coef_init: float = hparam(0.0, "initial entropy coefficient c0 (Skywork scripts: 0)", low=0.0)
-    target: float = hparam(0.2, "target entropy in nats (Skywork: 0.2; rescale for pocket models)", low=0.0)
-    delta: float = hparam(1e-4, "step of the coefficient per training step (Skywork: 1e-4)", low=0.0)
-    coef_min: float = hparam(0.0, "lower clip of the coefficient", low=0.0)
-    coef_max: float = hparam(0.005, "upper clip of the coefficient (Skywork: 0.005)", low=0.0)
-    variant: str = hparam(
+    coef_init: float = opt(0.0, "initial entropy coefficient c0 (Skywork scripts: 0)", low=0.0)
+    target: float = opt(0.2, "target entropy in nats (Skywork: 0.2; rescale for pocket models)", low=0.0)
+    delta: float = opt(1e-4, "step of the coefficient per training step (Skywork: 1e-4)", low=0.0)
+    coef_min: float = opt(0.0, "lower clip of the coefficient", low=0.0)
+    coef_max: float = opt(0.005, "upper clip of the coefficient (Skywork: 0.005)", low=0.0)
+    variant: str = opt(
         "skywork",
         "skywork: -mean old log-prob, <, gate open at start; trl: exact entropy, <=, gate closed at start",
         choices=tuple(VARIANTS),

@@ -21,8 +21,9 @@ without filtering an all-correct group (A = 0) is left out of the NLL here.
 
 from __future__ import annotations
 
+from harness.kernel.fields import opt
 from harness.kernel.lazy import lazy_import
-from harness.kernel.method import Method, TokenLoss, dual_clip, hparam, register_method
+from harness.kernel.method import Method, TokenLoss, dual_clip, register_method
 
 torch = lazy_import("torch")
 
@@ -35,12 +36,12 @@ OFFICIAL_NLL_COEF = 0.1  # positive_loss_coeff of every released script
 class CEGPPO(Method):
     """GRPO advantages; PPO clip whose clipped tokens keep a beta-scaled gradient; dual-clip c = 10."""
 
-    beta1: float = hparam(0.75, "gradient scale on clipped tokens with r < 1 - eps_low, A < 0 (7B script)", low=0.0)
-    beta2: float = hparam(1.0, "gradient scale on clipped tokens with r > 1 + eps_high, A > 0", low=0.0)
-    clip_ratio_c: float = hparam(
+    beta1: float = opt(0.75, "gradient scale on clipped tokens with r < 1 - eps_low, A < 0 (7B script)", low=0.0)
+    beta2: float = opt(1.0, "gradient scale on clipped tokens with r > 1 + eps_high, A > 0", low=0.0)
+    clip_ratio_c: float = opt(
         10.0, "dual-clip constant c for A < 0 (official scripts: 10); 0 = none", low=1.0, low_open=True, off=0.0
     )
-    recipe: str = hparam(
+    recipe: str = opt(
         "paper",
         "paper: the paper's loss; official: + 0.1 x NLL of the correct responses (the released scripts)",
         choices=RECIPES,

@@ -16,8 +16,9 @@ Differs from official: nothing known (MiniMax released no training code; its eps
 
 from __future__ import annotations
 
+from harness.kernel.fields import opt
 from harness.kernel.lazy import lazy_import
-from harness.kernel.method import MethodBase, TokenLoss, hparam, register_method
+from harness.kernel.method import MethodBase, TokenLoss, register_method
 
 torch = lazy_import("torch")
 
@@ -36,9 +37,9 @@ def cispo_bounds(convention: str, eps_low: float, eps_high: float) -> tuple[floa
 class CISPO(MethodBase):
     """GRPO advantages; -sg(clip(r)) * A * log pi (REINFORCE with a clipped IS weight), token-mean."""
 
-    eps_low: float = hparam(10.0, "verl convention: weight >= 1 - eps_low (verl example: 10 = no floor)", low=0.0)
-    eps_high: float = hparam(0.2, "verl: weight <= 1 + eps_high; trl: weight <= eps_high (absolute cap)", low=0.0)
-    convention: str = hparam(
+    eps_low: float = opt(10.0, "verl convention: weight >= 1 - eps_low (verl example: 10 = no floor)", low=0.0)
+    eps_high: float = opt(0.2, "verl: weight <= 1 + eps_high; trl: weight <= eps_high (absolute cap)", low=0.0)
+    convention: str = opt(
         "verl", "how eps bounds the IS weight: verl (1 +/- eps) or trl (absolute cap)", choices=CONVENTIONS
     )
 

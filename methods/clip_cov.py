@@ -11,8 +11,9 @@ A PPO-clip method: ``clip_ratio_c`` and ``log_ratio_clamp`` are available, off a
 from __future__ import annotations
 
 from harness.kernel.covariance import CovarianceMethod
+from harness.kernel.fields import opt
 from harness.kernel.lazy import lazy_import
-from harness.kernel.method import Method, TokenLoss, hparam, register_method
+from harness.kernel.method import Method, TokenLoss, register_method
 from harness.kernel.selection import random_subset_mask
 
 torch = lazy_import("torch")
@@ -22,11 +23,11 @@ torch = lazy_import("torch")
 class ClipCov(CovarianceMethod, Method):
     """GRPO advantages; PPO clip (1, 1); zero the loss of random tokens with lb < Cov < ub."""
 
-    eps_low: float = hparam(1.0, "PPO clip: ratio >= 1 - eps_low (official Clip-Cov: 1)", low=0.0)
-    eps_high: float = hparam(1.0, "PPO clip: ratio <= 1 + eps_high (official Clip-Cov: 1)", low=0.0)
-    clip_ratio: float = hparam(2e-4, "fraction of valid tokens to detach, at least 1", low=0.0, high=1.0)
-    cov_lb: float = hparam(1.0, "candidates have Cov > cov_lb (strict)")
-    cov_ub: float = hparam(5.0, "candidates have Cov < cov_ub (strict)")
+    eps_low: float = opt(1.0, "PPO clip: ratio >= 1 - eps_low (official Clip-Cov: 1)", low=0.0)
+    eps_high: float = opt(1.0, "PPO clip: ratio <= 1 + eps_high (official Clip-Cov: 1)", low=0.0)
+    clip_ratio: float = opt(2e-4, "fraction of valid tokens to detach, at least 1", low=0.0, high=1.0)
+    cov_lb: float = opt(1.0, "candidates have Cov > cov_lb (strict)")
+    cov_ub: float = opt(5.0, "candidates have Cov < cov_ub (strict)")
 
     def _validate(self):
         super()._validate()

@@ -13,16 +13,17 @@ runs use the value chosen by the rescaling sweep (docs/pocket.md). Differs from 
 
 from __future__ import annotations
 
+from harness.kernel.fields import opt
 from harness.kernel.lazy import lazy_import
-from harness.kernel.method import ADVANTAGES, Method, hparam, option, register_advantage, register_method
+from harness.kernel.method import ADVANTAGES, Method, register_advantage, register_method
 
 torch = lazy_import("torch")
 
 ENTROPY_ADVANTAGE_OPTIONS = {
-    "alpha": option(0.4, "entropy weight alpha", low=0.0),
-    "kappa": option(2.0, "cap |A|/kappa on the bonus (> 1 keeps the sign of A)", low=1.0, low_open=True),
-    "base": option("grpo", "the estimator whose advantages are shaped (one without extra inputs)"),
-    "std_normalize": option(True, "base grpo: divide by the group std"),
+    "alpha": opt(0.4, "entropy weight alpha", low=0.0),
+    "kappa": opt(2.0, "cap |A|/kappa on the bonus (> 1 keeps the sign of A)", low=1.0, low_open=True),
+    "base": opt("grpo", "the estimator whose advantages are shaped (one without extra inputs)"),
+    "std_normalize": opt(True, "base grpo: divide by the group std"),
 }
 
 
@@ -57,4 +58,4 @@ def entropy_advantage(scores, group, n_groups, mask, options, *, entropy):
 class EntropyAdvantage(Method):
     """GRPO advantages + min(alpha H, |A|/kappa) per token (alpha 0.4, kappa 2, unverified) + PPO clip 0.2/0.2."""
 
-    advantage: str = hparam("entropy_advantage", "advantage estimator (see harness.list_advantages())")
+    advantage: str = opt("entropy_advantage", "advantage estimator (see harness.list_advantages())")

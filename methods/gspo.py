@@ -24,8 +24,9 @@ Differs from official: nothing known beyond the choice of defaults above (seq-me
 from __future__ import annotations
 
 from harness.kernel import ops
+from harness.kernel.fields import opt
 from harness.kernel.lazy import lazy_import
-from harness.kernel.method import Method, TokenLoss, hparam, register_method
+from harness.kernel.method import Method, TokenLoss, register_method
 
 torch = lazy_import("torch")
 
@@ -48,14 +49,14 @@ def mean_log_ratio(log_ratio, mask) -> torch.Tensor:
 class GSPO(Method):
     """GRPO advantages; sequence-level (geometric-mean) ratio clipped per sequence, eps 3e-4/4e-4."""
 
-    eps_low: float = hparam(3e-4, "sequence ratio >= 1 - eps_low (GSPO paper: 3e-4)", low=0.0)
-    eps_high: float = hparam(4e-4, "sequence ratio <= 1 + eps_high (GSPO paper: 4e-4)", low=0.0)
-    agg: str = hparam(
+    eps_low: float = opt(3e-4, "sequence ratio >= 1 - eps_low (GSPO paper: 3e-4)", low=0.0)
+    eps_high: float = opt(4e-4, "sequence ratio <= 1 + eps_high (GSPO paper: 4e-4)", low=0.0)
+    agg: str = opt(
         "seq-mean-token-mean",
         "loss aggregation (OpenRLHF forces seq-mean-token-mean; verl 0.9.1: its loss_agg_mode, token-mean)",
         choices=ops.AGG_MODES,
     )
-    level: str = hparam(
+    level: str = opt(
         "sequence", "sequence: gradient through s_i (TRL, OpenRLHF); token: GSPO-token (verl)", choices=LEVELS
     )
 

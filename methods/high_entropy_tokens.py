@@ -22,8 +22,9 @@ Differs from official: ties at the k-th entropy are broken by position (``torch.
 
 from __future__ import annotations
 
+from harness.kernel.fields import opt
 from harness.kernel.lazy import lazy_import
-from harness.kernel.method import Method, TokenLoss, hparam, register_method
+from harness.kernel.method import Method, TokenLoss, register_method
 from harness.kernel.selection import SCOPES, all_gather_values, all_reduce_sum, distributed_active, quantile, top_k_mask
 
 torch = lazy_import("torch")
@@ -41,20 +42,20 @@ class HighEntropyTokens(Method):
     """DAPO clip (0.2/0.28) on the top 20% highest-entropy tokens only (Beyond the 80/20 rule)."""
 
     needs_entropy = True
-    eps_high: float = hparam(0.28, "PPO clip: ratio <= 1 + eps_high (official: 0.28)", low=0.0)
-    rho: float = hparam(
+    eps_high: float = opt(0.28, "PPO clip: ratio <= 1 + eps_high (official: 0.28)", low=0.0)
+    rho: float = opt(
         0.2, "fraction of valid tokens kept, by entropy (official top_ratio 0.2)", low=0.0, high=1.0, low_open=True
     )
-    normalize: str = hparam(
+    normalize: str = opt(
         "selected", "loss denominator: selected tokens (official code) or all (paper, TRL)", choices=("selected", "all")
     )
-    scope: str = hparam(
+    scope: str = opt(
         "micro_batch", "selection population: micro_batch (official) or global (mini-batch, ranks)", choices=SCOPES
     )
-    clip_ratio_c: float = hparam(
+    clip_ratio_c: float = opt(
         10.0, "dual-clip constant for A < 0 (official script: 10); 0 = none (TRL)", low=1.0, low_open=True, off=0.0
     )
-    selection: str = hparam(
+    selection: str = opt(
         "topk",
         "topk: the official k = ceil(rho n) tokens; quantile: H >= the (1 - rho) quantile, ties kept (TRL)",
         choices=SELECTIONS,

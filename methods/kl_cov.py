@@ -15,8 +15,9 @@ configs written before record them at 0.2, which is accepted and ignored so thei
 from __future__ import annotations
 
 from harness.kernel.covariance import CovarianceMethod
+from harness.kernel.fields import opt
 from harness.kernel.lazy import lazy_import
-from harness.kernel.method import TokenLoss, hparam, register_method
+from harness.kernel.method import TokenLoss, register_method
 from harness.kernel.selection import top_k_mask
 
 torch = lazy_import("torch")
@@ -29,14 +30,14 @@ class KLCov(CovarianceMethod):
     retired_hparams = {"eps_low": 0.2, "eps_high": 0.2}
     retired_reason = "KL-Cov has no PPO clip: the official compute_policy_loss_kl_cov takes no clip range"
 
-    k_ratio: float = hparam(
+    k_ratio: float = opt(
         2e-3, "fraction of valid tokens penalised (top covariance), at least 1", low=0.0, high=1.0, low_open=True
     )
-    beta: float = hparam(1.0, "coefficient of |log pi - log pi_old| on the selected tokens", low=0.0)
-    beta_schedule: str = hparam(
+    beta: float = opt(1.0, "coefficient of |log pi - log pi_old| on the selected tokens", low=0.0)
+    beta_schedule: str = opt(
         "constant", "constant, or linear anneal to 0 over anneal_steps", choices=("constant", "linear")
     )
-    anneal_steps: int = hparam(1000, "steps of the linear beta anneal", low=1)
+    anneal_steps: int = opt(1000, "steps of the linear beta anneal", low=1)
 
     def beta_at(self, step: int) -> float:
         if self.beta_schedule == "linear":

@@ -14,8 +14,9 @@ Differs from official: ``agg`` may be changed here. No token is ever "clipped" (
 from __future__ import annotations
 
 from harness.kernel import ops
+from harness.kernel.fields import opt
 from harness.kernel.lazy import lazy_import
-from harness.kernel.method import MethodBase, TokenLoss, hparam, register_method
+from harness.kernel.method import MethodBase, TokenLoss, register_method
 
 torch = lazy_import("torch")
 
@@ -34,11 +35,9 @@ class SAPO(MethodBase):
     retired_hparams = {"eps_low": 0.2, "eps_high": 0.2}
     retired_reason = "SAPO's soft gate has no clip range"
 
-    tau_pos: float = hparam(1.0, "gate temperature where A > 0", low=0.0, low_open=True)
-    tau_neg: float = hparam(1.05, "gate temperature where A <= 0", low=0.0, low_open=True)
-    agg: str = hparam(
-        "seq-mean-token-mean", "loss aggregation (verl forces seq-mean-token-mean)", choices=ops.AGG_MODES
-    )
+    tau_pos: float = opt(1.0, "gate temperature where A > 0", low=0.0, low_open=True)
+    tau_neg: float = opt(1.05, "gate temperature where A <= 0", low=0.0, low_open=True)
+    agg: str = opt("seq-mean-token-mean", "loss aggregation (verl forces seq-mean-token-mean)", choices=ops.AGG_MODES)
 
     def per_token_loss(self, log_probs, old_log_probs, advantages, mask, **_):
         ratio = torch.exp((log_probs - old_log_probs).clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP))

@@ -18,14 +18,15 @@ every token); PSR/NSR (training on only the correct / only the wrong responses) 
 from __future__ import annotations
 
 from harness.kernel import ops
+from harness.kernel.fields import opt
 from harness.kernel.lazy import lazy_import
-from harness.kernel.method import Method, hparam, option, register_advantage, register_method
+from harness.kernel.method import Method, register_advantage, register_method
 
 torch = lazy_import("torch")
 
 OFFICIAL_ENTROPY_COEF = 0.001  # verl's entropy_coeff default in the release's trainer config
 
-W_REINFORCE_OPTIONS = {"positive_weight": option(0.1, "lambda: the advantage of a correct response", low=0.0)}
+W_REINFORCE_OPTIONS = {"positive_weight": opt(0.1, "lambda: the advantage of a correct response", low=0.0)}
 
 
 @register_advantage("w_reinforce", options=W_REINFORCE_OPTIONS)
@@ -40,8 +41,8 @@ def w_reinforce_advantage(scores, group, n_groups, mask, options):
 class WReinforce(Method):
     """W-REINFORCE advantages (+lambda correct, -1 wrong, lambda 0.1) + PPO clip (0.2, 0.2)."""
 
-    advantage: str = hparam("w_reinforce", "advantage estimator (see harness.list_advantages())")
-    recipe: str = hparam(
+    advantage: str = opt("w_reinforce", "advantage estimator (see harness.list_advantages())")
+    recipe: str = opt(
         "paper",
         "paper: PPO clip alone; official: - 0.001 x token-mean entropy too (the released config)",
         choices=("paper", "official"),

@@ -1,7 +1,5 @@
 """The README's "add your own method in one file" example (tests/foundation/test_custom_method.py runs it)."""
 
-import torch
-
 from harness import MethodBase, TokenLoss, hparam, register_method
 
 
@@ -12,6 +10,8 @@ class CappedPG(MethodBase):
     cap: float = hparam(2.0, "largest importance weight", low=1.0)
 
     def per_token_loss(self, log_probs, old_log_probs, advantages, mask, **_):
+        import torch  # here, not at the top: `harness methods` imports every method module and stays torch-free
+
         ratio = torch.exp(log_probs - old_log_probs)
         capped = ratio.detach() > self.cap
         weight = torch.where(capped, self.cap * ratio / ratio.detach(), ratio)

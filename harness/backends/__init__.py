@@ -19,6 +19,7 @@ from harness.registry import Registry, UnknownNameError
 BACKENDS: Registry[Backend] = Registry(
     "backend", autoload=["harness.backends"], entry_points="entropy_harness.backends"
 )
+DEFAULT_BACKEND = "pocket"  # the backend of a config that names none
 
 
 def register_backend(cls: type[Backend]) -> type[Backend]:
@@ -40,12 +41,48 @@ def get_backend(name: str) -> Backend:
         ) from None
 
 
+def _all() -> list[Backend]:
+    return [BACKENDS.get(name) for name in BACKENDS.names()]
+
+
 def owned_sections() -> dict:
     """Dotted config path -> options dataclass, for every section a backend owns."""
     out = {}
-    for name in BACKENDS.names():
-        out.update(BACKENDS.get(name).sections)
+    for backend in _all():
+        out.update(backend.sections)
     return out
+
+
+def section_owners() -> dict[str, list[str]]:
+    """Dotted config path of every backend-owned section -> the backends that declare it."""
+    out: dict[str, list[str]] = {}
+    for backend in _all():
+        for path in backend.sections:
+            out.setdefault(path, []).append(backend.name)
+    return out
+
+
+def recorded_sections() -> tuple[str, ...]:
+    """Top-level backend sections every run config records (``{}`` on other backends' runs): see ``base.py``."""
+    return tuple(dict.fromkeys(s for backend in _all() for s in backend.recorded_by_every_run))
+
+
+def default_model() -> str | None:
+    return get_backend(DEFAULT_BACKEND).default_model
+
+
+def default_task() -> str | None:
+    return get_backend(DEFAULT_BACKEND).default_task
+
+
+def run_file_patterns() -> tuple[str, ...]:
+    """Glob patterns of the files any backend writes into a run directory."""
+    return tuple(dict.fromkeys(p for backend in _all() for p in backend.run_files))
+
+
+def provenance_packages() -> tuple[str, ...]:
+    """Distributions any backend runs on, whose versions a run records."""
+    return tuple(dict.fromkeys(p for backend in _all() for p in backend.packages))
 
 
 def register_suites(registry) -> None:

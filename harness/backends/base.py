@@ -12,6 +12,13 @@ A backend is a subclass of ``Backend`` registered once, as an instance, with ``@
         def train(self, config, run_dir, log): ...   # -> harness.run.records.RunResult; the runner writes result.json
 
 Everything else has a default that fits a backend training in the process that runs it.
+
+Config sections. ``load_config`` types the core sections, then each section the run's backend declares in
+``sections`` (``build_section``); a section that only other backends declare is refused unless it is empty, like
+an unknown key (``openrlhf.nodes`` on a pocket run names the openrlhf backend). A top-level section is recorded
+in a run's config only on its own backend's runs, except the ones a backend lists in ``recorded_by_every_run``:
+those were core sections when run ids were published, and every run records them (``{}`` on other backends' runs)
+so that no id changes.
 """
 
 from __future__ import annotations
@@ -31,13 +38,26 @@ class Backend:
 
     name: ClassVar[str] = ""
     sections: ClassVar[dict[str, type]] = {}  # dotted config path -> options dataclass this backend types
+    recorded_by_every_run: ClassVar[tuple[str, ...]] = ()  # top-level sections of ``sections`` (see above)
+    default_model: ClassVar[str | None] = None  # model.name of a config that names none (the default backend's)
+    default_task: ClassVar[str | None] = None  # task.name of a config that names none (the default backend's)
+    run_files: ClassVar[tuple[str, ...]] = ()  # glob patterns of the files it writes into a run directory (its logs)
+    packages: ClassVar[tuple[str, ...]] = ()  # distributions whose versions a run's provenance records
     # what callers may ask for: "auxiliary_model" (PRIME's PRM), "entropy_after_update", "in_loop_suites"
     # (eval.suites scored during training), "places_workers" (starts its own multi-GPU/multi-node workers),
     # "policy_sampler" (policy_sampler(config, run_dir): a finished run's policy as a sampler, for analyses)
     capabilities: ClassVar[frozenset[str]] = frozenset()
 
+    def build_section(self, path: str, value) -> Any:
+        """The typed section ``path`` (a key of ``sections``) from the config's mapping (None: absent); raise
+        ``harness.errors.ConfigError``. Default: ``harness.kernel.fields.build`` of the declared dataclass."""
+        from harness.kernel.fields import build
+
+        return build(self.sections[path], value, path)
+
     def validate(self, config) -> None:
-        """Type and check the sections this backend owns; raise ``harness.errors.ConfigError``."""
+        """Check the run config (its sections typed already) against what this backend can run; raise
+        ``harness.errors.ConfigError``."""
 
     def train(self, config, run_dir: Path, log=print):
         """Train one run into ``run_dir``, resuming from its checkpoints; return a ``harness.run.records.RunResult``."""

@@ -46,9 +46,8 @@ def describe(name: str) -> str:
     if estimator.options:
         lines += ["", f"  advantage options (advantage_options: {{...}}) of estimator {estimator_name!r}:"]
         for key, default in estimator.options.items():
-            spec = estimator.specs.get(key)
-            meta = dataclasses.asdict(spec) if spec else {}
-            choices = f" [{'|'.join(map(str, spec.choices))}]" if spec and spec.choices else ""
+            meta = estimator.specs[key].metadata if key in estimator.specs else {}
+            choices = f" [{'|'.join(map(str, meta['choices']))}]" if meta.get("choices") else ""
             lines.append(f"    {key:<24} = {default!r:<12} {meta.get('help', '')}{choices}{_range(meta)}")
     return "\n".join(lines + ["", doc])
 

@@ -13,8 +13,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from harness.kernel import ops
+from harness.kernel.fields import opt
 from harness.kernel.lazy import lazy_import
-from harness.kernel.method import MethodBase, hparam
+from harness.kernel.method import MethodBase
 from harness.kernel.selection import SCOPES, covariance_means, distributed_active
 
 torch = lazy_import("torch")
@@ -22,7 +23,7 @@ torch = lazy_import("torch")
 
 @dataclass
 class CovarianceMethod(MethodBase):
-    scope: str = hparam(
+    scope: str = opt(
         "micro_batch", "selection population: micro_batch (official) or global (mini-batch, all ranks)", choices=SCOPES
     )
 

@@ -42,14 +42,27 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from harness.kernel import ops
+from harness.kernel.fields import as_recorded, check_value, default_of, opt, refuse_non_measuring, spec
 from harness.kernel.lazy import lazy_import
 from harness.kernel.validation import check_group_ids, check_mask, check_sample_tensor, check_token_tensor, valid_tokens
 from harness.registry import Registry, suggestion
 
 torch = lazy_import("torch")
 
+
+def _adopt_method(ref: str, cls) -> type[MethodBase]:
+    """A method class named ``package.module:Name`` that its module did not register: registered under ``ref`` (its
+    name, so configs, run ids and metrics name the reference every process can import again)."""
+    if not (isinstance(cls, type) and issubclass(cls, MethodBase)):
+        raise TypeError(f"{cls!r} is not a method class (a subclass of harness.MethodBase)")
+    return register_method(ref)(cls)
+
+
 METHODS: Registry[type[Method]] = Registry(
-    "method", autoload=["harness.baselines", "harness.methods"], entry_points="entropy_harness.methods"
+    "method",
+    autoload=["harness.baselines", "harness.methods"],
+    entry_points="entropy_harness.methods",
+    adopt=_adopt_method,
 )
 ADVANTAGES: Registry[AdvantageEstimator] = Registry(
     "advantage estimator", autoload=["harness.baselines", "harness.methods"], entry_points="entropy_harness.advantages"
@@ -79,63 +92,12 @@ class TokenLoss:
     extra: torch.Tensor | None = None  # scalar added after aggregation (CE-GPPO's NLL term on correct responses)
 
 
-def hparam(
-    default, help: str, *, choices=None, low=None, high=None, low_open: bool = False, off=None, late: bool = False
-):
-    """A documented, validated hyperparameter field. ``low_open`` makes the lower bound strict; ``off`` is a value
-    that switches the feature off and skips the range check (``clip_ratio_c=0``: no dual clip); ``late=True``: in
-    ``to_config()`` (and so in the run id) only when set to another value than ``default``."""
-    meta = {"help": help, "choices": choices, "low": low, "high": high, "low_open": low_open, "off": off, "late": late}
-    if isinstance(default, (dict, list)):
-        return field(default_factory=lambda: type(default)(default), metadata=meta)
-    return field(default=default, metadata=meta)
-
-
-@dataclass(frozen=True)
-class Option:
-    """A typed advantage-estimator option (``register_advantage(options={name: option(...)})``): its type is its
-    default's; ``choices``/``low``/``high``/``low_open`` as ``hparam``."""
-
-    default: Any
-    help: str = ""
-    choices: tuple | None = None
-    low: float | None = None
-    high: float | None = None
-    low_open: bool = False
-
-
-def option(default, help: str = "", *, choices=None, low=None, high=None, low_open: bool = False) -> Option:
-    return Option(default, help, tuple(choices) if choices is not None else None, low, high, low_open)
-
-
-_TYPES = {"float": float, "int": int, "bool": bool, "str": str, "dict": dict}
-
-
-def check_value(owner: str, name: str, value, expected: type | None, meta: dict):
-    """``value`` checked against a type and ``hparam``/``option`` metadata; returns it (an int given for a float
-    as a float). Raises ``HyperparameterError`` naming ``owner``, the name, the value as given and what is allowed."""
-    given = value
-    if expected is float and isinstance(value, int) and not isinstance(value, bool):
-        value = float(value)
-    if expected is not None and (not isinstance(value, expected) or (expected is not bool and isinstance(value, bool))):
-        raise HyperparameterError(f"{owner}: {name}={given!r} must be {expected.__name__} (got {type(given).__name__})")
-    choices = meta.get("choices")
-    if choices is not None and value not in choices:
-        raise HyperparameterError(
-            f"{owner}: {name}={given!r} is not allowed.{suggestion(str(value), list(map(str, choices)))} "
-            f"Allowed: {', '.join(map(str, choices))}"
-        )
-    if meta.get("off") is not None and value == meta["off"]:
-        return value
-    low, high = meta.get("low"), meta.get("high")
-    if low is not None and (value < low or (meta.get("low_open") and value == low)):
-        off = f" (or {meta['off']!r}: off)" if meta.get("off") is not None else ""
-        raise HyperparameterError(
-            f"{owner}: {name}={given!r} must be {'>' if meta.get('low_open') else '>='} {low}{off}"
-        )
-    if high is not None and value > high:
-        raise HyperparameterError(f"{owner}: {name}={given!r} must be <= {high}")
-    return value
+# The one field declaration (harness.kernel.fields.opt) under the names the method API documents: a hyperparameter
+# of a method (``hparam(default, help, choices=, low=, high=, low_open=, off=, late=)``) and an advantage-estimator
+# option (``register_advantage(options={name: option(default, help, ...)})``) are declared, checked and reported
+# exactly like every config field.
+hparam = opt
+option = opt
 
 
 ROLLOUT_EXTRAS = ("entropy",)  # estimator extras every backend produces from the rollout itself
@@ -174,29 +136,30 @@ class AdvantageEstimator:
     help: str = ""
     auxiliary: Callable[[dict], AuxiliaryModel] | None = None  # options -> the auxiliary model it needs
     min_group_size: int = 1  # responses per prompt it needs (leave-one-out baselines: 2)
-    specs: dict[str, Option] = field(default_factory=dict)  # option name -> its type and range (``option``)
+    specs: dict[str, dataclasses.Field] = field(default_factory=dict)  # option name -> its declaration (``option``)
     check: Callable[[dict], None] | None = None  # cross-option check of the merged options; raises ValueError
 
-    def validate(self, given: dict, merged: dict, owner: str) -> None:
-        """Refuse unknown options and bad values (type of the default, range, choices) when a method is built."""
+    def validate(self, given: dict, merged: dict, owner: str) -> dict:
+        """Refuse unknown options and bad values (type of the default, range, choices) when a method is built;
+        returns ``given`` as the config records it (``harness.kernel.fields.as_recorded``)."""
         unknown = set(given) - set(self.options)
         if unknown:
             raise HyperparameterError(
                 f"{owner}: unknown advantage option(s) {sorted(unknown)} for estimator {self.name!r}; "
                 f"valid: {_fmt_defaults(self.options) or '(none)'}"
             )
-        where = f"{owner}: advantage option (estimator {self.name!r})"
+        out = {}
         for key, value in given.items():
-            spec = self.specs.get(key, Option(self.options[key]))
-            default = spec.default
-            expected = None if default is None else (float if isinstance(default, float) else type(default))
-            meta = {"choices": spec.choices, "low": spec.low, "high": spec.high, "low_open": spec.low_open}
-            check_value(where, key, value, expected, meta)
+            meta = spec(self.specs.get(key) or opt(self.options[key]))
+            out[key] = as_recorded(
+                value, check_value(value, meta, f"{owner}.advantage_options.{key}", HyperparameterError)
+            )
         if self.check is not None:
             try:
-                self.check(merged)
+                self.check({**merged, **out})
             except ValueError as e:
-                raise HyperparameterError(f"{where}: {e}") from None
+                raise HyperparameterError(f"{owner}: advantage option (estimator {self.name!r}): {e}") from None
+        return out
 
 
 def register_advantage(
@@ -217,8 +180,9 @@ def register_advantage(
     """
 
     def deco(fn):
-        specs = {k: v for k, v in (options or {}).items() if isinstance(v, Option)}
-        opts = {k: (v.default if isinstance(v, Option) else v) for k, v in (options or {}).items()}
+        specs = {k: v for k, v in (options or {}).items() if isinstance(v, dataclasses.Field)}
+        refuse_non_measuring(specs.items(), f"advantage estimator {name!r}")
+        opts = {k: (default_of(v) if k in specs else v) for k, v in (options or {}).items()}
         producible = set(ROLLOUT_EXTRAS) | (set(auxiliary(opts).provides) if auxiliary else set())
         missing = [e for e in extras if e not in producible]
         if missing:
@@ -242,6 +206,7 @@ def register_method(name: str):
 
     def deco(cls):
         cls = dataclass(cls)  # subclasses only declare hparam fields; make them dataclass fields
+        refuse_non_measuring(((f.name, f) for f in dataclasses.fields(cls)), f"method {name!r}")
         cls.name = name
         METHODS.register(name, cls)
         return cls
@@ -260,11 +225,11 @@ class MethodBase:
     retired_hparams: ClassVar[dict[str, Any]] = {}
     retired_reason: ClassVar[str] = ""
 
-    advantage: str = hparam("grpo", "advantage estimator (see harness.list_advantages())")
-    advantage_options: dict = hparam({}, "extra options for the estimator (e.g. prime's beta), validated by it")
-    std_normalize: bool = hparam(True, "grpo estimator: divide by the group std (False = Dr. GRPO)")
-    agg: str = hparam("token-mean", "loss aggregation", choices=ops.AGG_MODES)
-    empty_rows: str = hparam(
+    advantage: str = opt("grpo", "advantage estimator (see harness.list_advantages())")
+    advantage_options: dict = opt({}, "extra options for the estimator (e.g. prime's beta), validated by it")
+    std_normalize: bool = opt(True, "grpo estimator: divide by the group std (False = Dr. GRPO)")
+    agg: str = opt("token-mean", "loss aggregation", choices=ops.AGG_MODES)
+    empty_rows: str = opt(
         "auto",
         "seq-mean aggregations: rows without a valid token are left out (skip: verl, OpenRLHF) or counted "
         "(count: TRL GSPO/SAPO); auto = each mode's reference (harness.kernel.ops.row_policy)",
@@ -286,10 +251,10 @@ class MethodBase:
     # -- hyperparameters --------------------------------------------------------------------------
     def _validate(self) -> None:
         for f in dataclasses.fields(self):
-            expected = f.type if isinstance(f.type, type) else _TYPES.get(str(f.type))
-            setattr(self, f.name, check_value(self.name, f.name, getattr(self, f.name), expected, f.metadata))
+            value = check_value(getattr(self, f.name), spec(f), f"{self.name}.{f.name}", HyperparameterError)
+            setattr(self, f.name, value)
         estimator = _estimator(self.advantage, self.name)
-        estimator.validate(self.advantage_options, self.estimator_options(), self.name)
+        self.advantage_options = estimator.validate(self.advantage_options, self.estimator_options(), self.name)
         if not self.std_normalize and self.advantage != "grpo":
             raise HyperparameterError(
                 f"{self.name}: std_normalize=False only applies to advantage='grpo', not {self.advantage!r}"
@@ -304,7 +269,7 @@ class MethodBase:
         out = {"name": self.name}
         for f in dataclasses.fields(self):
             value = getattr(self, f.name)
-            if f.metadata.get("late") and value == _default(f):
+            if f.metadata.get("late") and value == default_of(f):
                 continue
             out[f.name] = value
         for key, value in type(self).retired_hparams.items():
@@ -504,9 +469,9 @@ class Method(MethodBase):
     official entropy-mechanism fork: verl's dual clip (``clip_ratio_c``) and the log-ratio clamp (OpenRLHF, verl
     HEAD: ``log_ratio_clamp`` 20)."""
 
-    eps_low: float = hparam(0.2, "PPO clip: ratio >= 1 - eps_low", low=0.0)
-    eps_high: float = hparam(0.2, "PPO clip: ratio <= 1 + eps_high", low=0.0)
-    clip_ratio_c: float = hparam(
+    eps_low: float = opt(0.2, "PPO clip: ratio >= 1 - eps_low", low=0.0)
+    eps_high: float = opt(0.2, "PPO clip: ratio <= 1 + eps_high", low=0.0)
+    clip_ratio_c: float = opt(
         0.0,
         "dual clip for A < 0: loss <= -A * c (verl clip_ratio_c, default 3; OpenRLHF --actor.dual_clip); 0 = none",
         low=1.0,
@@ -514,7 +479,7 @@ class Method(MethodBase):
         off=0.0,
         late=True,
     )
-    log_ratio_clamp: float = hparam(
+    log_ratio_clamp: float = opt(
         0.0,
         "clamp log pi - log pi_old to [-c, c] before the ratio (OpenRLHF, verl HEAD: 20); 0 = none",
         low=0.0,
@@ -571,10 +536,6 @@ def dual_clip(loss: torch.Tensor, advantages: torch.Tensor, c: float) -> torch.T
 
 
 # -- public lookup ------------------------------------------------------------------------------------
-def _default(f: dataclasses.Field):
-    return f.default if f.default is not dataclasses.MISSING else f.default_factory()
-
-
 def _estimator(name: str, method: str) -> AdvantageEstimator:
     try:
         return ADVANTAGES.get(name)
@@ -618,7 +579,7 @@ def get_method(name: str, **hparams) -> MethodBase:
     fields = cls.hparams()
     unknown = [k for k in hparams if k not in fields]
     if unknown:
-        valid = _fmt_defaults({k: _default(f) for k, f in fields.items()})
+        valid = _fmt_defaults({k: default_of(f) for k, f in fields.items()})
         clip = (
             f" Only clipping methods take {unknown[0]}."
             if unknown[0] in ("eps_low", "eps_high", "clip_ratio_c", "log_ratio_clamp")

@@ -1,12 +1,12 @@
 """Run-config schema and validation (docs/contracts.md §5).
 
 A run config is pure-data YAML with the sections ``backend, seed, name, method, model, task, train, eval,
-logging`` (+ ``openrlhf``, that backend's section). ``load_config`` applies ``key.path=value`` overrides, checks
-every key and value before any work, and returns a typed ``RunConfig``. The core sections live here; the
-chosen backend validates and types what it owns (``harness.backends.<name>.options``: pocket owns
-``model.warm_start`` and the pocket sizes/tasks, openrlhf its ``openrlhf:`` section) at the same moment.
-Errors name the key path, the bad value and what is allowed; unknown keys, tasks and model sizes get a
-did-you-mean (``harness.errors``).
+logging`` and the sections backends own (``Backend.sections``: a top-level section such as a backend's own, or a
+sub-section such as ``model.warm_start``). ``load_config`` applies ``key.path=value`` overrides, checks every key
+and value before any work, and returns a typed ``RunConfig``. The core sections live here and name no backend; the
+run's backend types the sections it owns (``build_section``) and checks what it can run (``validate``) at the same
+moment, and a section only other backends own is refused unless empty. Errors name the key path, the bad value
+and what is allowed; unknown keys, tasks and model sizes get a did-you-mean (``harness.errors``).
 
     cfg = load_config("sweeps/one_run.yaml", overrides=["train.steps=5", "method.name=kl_cov"])
     cfg.train.steps, cfg.to_dict(), cfg.run_id()
@@ -28,18 +28,38 @@ import yaml
 
 from harness.errors import ConfigError, suggestion  # noqa: F401  (ConfigError re-exported for callers)
 from harness.kernel.fields import build as _build
+from harness.kernel.fields import default_of
 from harness.kernel.fields import opt as _opt
+
+
+def _default_backend() -> str:
+    from harness.backends import DEFAULT_BACKEND
+
+    return DEFAULT_BACKEND
+
+
+def _default_model() -> str | None:
+    from harness.backends import default_model
+
+    return default_model()
+
+
+def _default_task() -> str | None:
+    from harness.backends import default_task
+
+    return default_task()
 
 
 # ---------------------------------------------------------------------------------------------- sections
 @dataclass
 class ModelConfig:
     name: str = _opt(
-        "pocket-0.3m",
+        factory=_default_model,
         kind=str,
-        help="pocket size (pocket-0.1m, pocket-0.3m, pocket-1m, pocket-4m), HF id or local HF dir",
+        help="a model the backend knows by name, a Hugging Face hub id or a local HF directory (default: the "
+        "default backend's default model)",
     )
-    warm_start: Any = _opt({}, kind=dict, help="pocket warm start (harness.backends.pocket.options.WarmStartOptions)")
+    warm_start: Any = _opt({}, kind=dict, help="a backend's warm-start section (typed by the backends that own it)")
     dtype: str = _opt("float32", kind=str, choices=("float32", "bfloat16", "float16"))
     cache_dir: str | None = _opt(
         None, kind="str?", measures=False, help="warm-start cache (default: $HARNESS_CACHE or ~/.cache/entropy-harness)"
@@ -49,9 +69,11 @@ class ModelConfig:
 @dataclass
 class TaskConfig:
     name: str = _opt(
-        "arith", kind=str, help="pocket task (arith, countdown, gsm_arith) or a JSONL file of {prompt, answer}"
+        factory=_default_task,
+        kind=str,
+        help="a task the backend knows by name, or a JSONL file of {prompt, answer} (default: the default backend's)",
     )
-    test_size: int = _opt(200, kind=int, min=1, help="held-out problems for evaluation")
+    test_size: int = _opt(200, kind=int, low=1, help="held-out problems for evaluation")
     options: dict = _opt({}, kind=dict, help="task-specific options (see the task's docstring)")
     chat_template: str = _opt(
         "auto",
@@ -67,55 +89,60 @@ class TaskConfig:
 
 @dataclass
 class TrainConfig:
-    steps: int = _opt(50, kind=int, min=1)
-    prompts_per_step: int = _opt(16, kind=int, min=1)
-    samples_per_prompt: int = _opt(8, kind=int, min=1)
-    updates_per_rollout: int = _opt(8, kind=int, min=1, help="optimizer steps (mini-batches) per rollout")
-    micro_batch_size: int = _opt(16, kind=int, min=1, help="sequences per forward/backward (gradient accumulation)")
-    lr: float = _opt(5e-4, kind=float, min=0.0)
-    weight_decay: float = _opt(0.0, kind=float, min=0.0)
-    grad_clip: float = _opt(1.0, kind=float, min=0.0, help="max grad norm; 0 disables")
-    temperature: float = _opt(1.0, kind=float, min=1e-6, help="rollout temperature")
-    max_new_tokens: int = _opt(8, kind=int, min=1)
+    steps: int = _opt(50, kind=int, low=1)
+    prompts_per_step: int = _opt(16, kind=int, low=1)
+    samples_per_prompt: int = _opt(8, kind=int, low=1)
+    updates_per_rollout: int = _opt(8, kind=int, low=1, help="optimizer steps (mini-batches) per rollout")
+    micro_batch_size: int = _opt(16, kind=int, low=1, help="sequences per forward/backward (gradient accumulation)")
+    lr: float = _opt(
+        5e-4, kind=float, low=0.0, low_open=True, why="at lr 0 the run cannot learn (`harness eval` scores a model)"
+    )
+    weight_decay: float = _opt(0.0, kind=float, low=0.0)
+    grad_clip: float = _opt(1.0, kind=float, low=0.0, help="max grad norm; 0 disables")
+    temperature: float = _opt(1.0, kind=float, low=1e-6, help="rollout temperature")
+    max_new_tokens: int = _opt(8, kind=int, low=1)
     dynamic_filtering: bool = _opt(False, kind=bool, help="DAPO: drop groups whose rewards are all equal")
-    max_gen_batches: int = _opt(3, kind=int, min=1, help="rollout batches tried to fill a filtered step")
+    max_gen_batches: int = _opt(3, kind=int, low=1, help="rollout batches tried to fill a filtered step")
     entropy_after_update: bool = _opt(
         False,
         kind=bool,
         measures=False,
         late=True,
-        help="pocket: after each step's updates, one no-grad forward over the trained batch logs "
-        "entropy/update_delta, the entropy change the update caused on the same states (Theorem 1)",
+        help="after each step's updates, one no-grad forward over the trained batch logs entropy/update_delta, the "
+        "entropy change the update caused on the same states (Theorem 1); backends with that capability",
     )
     optimizer: str = _opt(
         "adamw",
         kind=str,
-        choices=("adamw", "adamw_b1_0", "sgd"),
         late=True,
-        help="pocket: adamw (betas 0.9, 0.999), adamw_b1_0 (no momentum) or sgd (plain, no momentum)",
+        help="the policy optimizer: adamw (betas 0.9, 0.999) on every backend; each backend checks the ones it has",
     )
     checkpoint_every: int = _opt(
-        10, kind=int, min=0, measures=False, help="steps between checkpoints; 0 = only at the end"
+        10, kind=int, low=0, measures=False, help="steps between checkpoints; 0 = only at the end"
     )
-    threads: int = _opt(1, kind=int, min=1, measures=False, help="torch CPU threads (fixed for reproducibility)")
-    device: str = _opt("cpu", kind=str, measures=False, help="torch device (cpu, cuda, cuda:0, auto)")
+    threads: int = _opt(
+        1, kind=int, low=1, measures=False, help="torch CPU threads of an in-process backend (fixed: reproducible)"
+    )
+    device: str = _opt(
+        "cpu", kind=str, measures=False, help="torch device of an in-process backend (cpu, cuda, cuda:0, mps, auto)"
+    )
 
 
 @dataclass
 class EvalConfig:
-    every: int = _opt(10, kind=int, min=0, help="steps between held-out evals; 0 = only at the end")
-    n_samples: int = _opt(4, kind=int, min=1, help="k of avg@k")
-    temperature: float = _opt(0.6, kind=float, min=0.0)
-    top_p: float = _opt(1.0, kind=float, min=0.0, max=1.0)
+    every: int = _opt(10, kind=int, low=0, help="steps between held-out evals; 0 = only at the end")
+    n_samples: int = _opt(4, kind=int, low=1, help="k of avg@k")
+    temperature: float = _opt(0.6, kind=float, low=0.0)
+    top_p: float = _opt(1.0, kind=float, low=0.0, high=1.0)
     greedy: bool = _opt(True, kind=bool, help="also report greedy accuracy")
-    max_problems: int | None = _opt(None, kind="int?", min=1, help="evaluate on the first N held-out problems")
-    max_new_tokens: int | None = _opt(None, kind="int?", min=1, help="default: train.max_new_tokens")
+    max_problems: int | None = _opt(None, kind="int?", low=1, help="evaluate on the first N held-out problems")
+    max_new_tokens: int | None = _opt(None, kind="int?", low=1, help="default: train.max_new_tokens")
     suites: list = _opt(
         [],
         kind=list,
         late=True,
-        help="evaluation suites (`harness eval --list-suites`: aime24, math500, ...) for the in-loop eval of the "
-        "openrlhf backend and for the after-training stage; [] = the run's own task (its held-out split)",
+        help="evaluation suites (`harness eval --list-suites`: aime24, math500, ...) for the in-loop eval of a "
+        "backend with that capability and for the after-training stage; [] = the run's own task (its held-out split)",
     )
     after_training: bool = _opt(
         False,
@@ -176,8 +203,8 @@ class LoggingConfig:
 
 @dataclass
 class RunConfig:
-    backend: str = _opt("pocket", kind=str)
-    seed: int = _opt(0, kind=int, min=0)
+    backend: str = _opt(factory=_default_backend, kind=str)
+    seed: int = _opt(0, kind=int, low=0)
     name: str | None = _opt(None, kind="str?")
     method: dict = _opt({"name": "grpo"}, kind=dict, help="{name: <method>, <hyperparameter>: value}")
     model: ModelConfig = field(default_factory=ModelConfig)
@@ -185,13 +212,34 @@ class RunConfig:
     train: TrainConfig = field(default_factory=TrainConfig)
     eval: EvalConfig = field(default_factory=EvalConfig)
     logging: LoggingConfig = field(default_factory=LoggingConfig)
-    openrlhf: dict = _opt(
-        {}, kind=dict, help="OpenRLHF-backend section (harness.backends.openrlhf.options; pocket ignores it)"
-    )
+    # top-level sections backends own (name -> typed section, or {} for one every run records): read as attributes
+    # (``cfg.<section>``) and recorded after the core sections by ``to_dict``
+    backend_sections: dict = field(default_factory=dict, init=False, repr=False)
+
+    def __post_init__(self):
+        from harness.backends import recorded_sections
+
+        for name in recorded_sections():
+            self.backend_sections.setdefault(name, {})
+
+    def __getattr__(self, name: str):  # only called when ordinary lookup fails: a backend's section
+        sections = self.__dict__.get("backend_sections")
+        if sections is not None and name in sections:
+            return sections[name]
+        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+
+    def __setattr__(self, name: str, value) -> None:
+        sections = self.__dict__.get("backend_sections")
+        if sections is not None and name in sections:
+            sections[name] = value
+        else:
+            object.__setattr__(self, name, value)
 
     # -- helpers ---------------------------------------------------------------------------------
     def to_dict(self) -> dict:
-        return dataclasses.asdict(self)
+        d = dataclasses.asdict(self)
+        d.update(d.pop("backend_sections"))
+        return d
 
     def to_yaml(self) -> str:
         return yaml.safe_dump(self.to_dict(), sort_keys=False)
@@ -220,8 +268,10 @@ def _fields_where(cls, key: str, value, prefix: str = "") -> dict[str, Any]:
     """Dotted path -> default of every field whose metadata ``key`` equals ``value``, under dataclass ``cls``."""
     out = {}
     for f in dataclasses.fields(cls):
+        if not f.init:
+            continue
         path = prefix + f.name
-        default = f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default
+        default = default_of(f)
         if dataclasses.is_dataclass(default):
             out.update(_fields_where(type(default), key, value, path + "."))
         elif f.metadata.get(key, {"measures": True, "late": False}[key]) == value:
@@ -323,12 +373,56 @@ def apply_overrides(data: dict, overrides) -> dict:
     return data
 
 
+SECTIONS_HINT = "sections backend, seed, method, model, task, train, eval, logging"
+EMPTY_HINT = "write {} for a run config of all defaults"
+
+
 def read_config_file(path: str | os.PathLike) -> dict:
+    """A run-config YAML file as a mapping; an empty (or comment-only) file is refused: ``{}`` says all defaults."""
     from harness.io import read_yaml_mapping
 
-    return read_yaml_mapping(
-        path, ConfigError, "a run config", "sections backend, seed, method, model, task, train, eval, logging"
-    )
+    return read_yaml_mapping(path, ConfigError, "a run config", SECTIONS_HINT, empty=EMPTY_HINT)
+
+
+def build_config(data: Mapping) -> RunConfig:
+    """A ``RunConfig`` typed from a mapping: the core sections, then each section the run's backend owns
+    (``Backend.build_section``). A section that only other backends own is refused unless it is empty (every run
+    records some as ``{}``), like an unknown key: it names the backends it belongs to. No cross-field checks
+    (``load_config`` runs those)."""
+    from harness.backends import get_backend, section_owners
+
+    owners = section_owners()
+    top = tuple(p for p in owners if "." not in p)
+    data = dict(data)
+    given = {p: data.pop(p) for p in top if p in data}
+    cfg = _build(RunConfig, data, "", also=top)
+    backend = get_backend(cfg.backend)
+    for path, names in owners.items():
+        value = given.get(path) if path in top else _get_path(cfg, path)
+        if backend.name in names:
+            _set_path(cfg, path, backend.build_section(path, value))
+        elif value not in (None, {}):
+            first = f"{path}.{next(iter(value))}" if isinstance(value, Mapping) else path
+            raise ConfigError(
+                f"{first}: {path} belongs to the {' and '.join(names)} backend{'s' * (len(names) > 1)}, and this "
+                f"run's backend is {backend.name}; remove it (or set backend: {names[0]})"
+            )
+    return cfg
+
+
+def _get_path(cfg: RunConfig, path: str):
+    node = cfg
+    for part in path.split("."):
+        node = getattr(node, part)
+    return node
+
+
+def _set_path(cfg: RunConfig, path: str, value) -> None:
+    *parents, last = path.split(".")
+    if not parents:
+        cfg.backend_sections[last] = value
+        return
+    setattr(_get_path(cfg, ".".join(parents)), last, value)
 
 
 def load_config(
@@ -336,8 +430,8 @@ def load_config(
 ) -> RunConfig:
     """Validate a run config (dict, YAML path or RunConfig) with ``key=value`` overrides; raise ConfigError.
 
-    The chosen backend validates (and types) its own sections here, for every backend alike;
-    ``check_method=False`` skips the method registry and the backend (a schema-only check)."""
+    The chosen backend types its own sections and validates the config here, for every backend alike;
+    ``check_method=False`` skips the method registry and the backend's ``validate`` (a schema-only check)."""
     if isinstance(source, RunConfig):
         data = source.to_dict()
     elif isinstance(source, Mapping):
@@ -345,11 +439,11 @@ def load_config(
     else:
         data = read_config_file(source)
     data = apply_overrides(data, overrides)
-    cfg = _build(RunConfig, data, "")
+    cfg = build_config(data)
     backend = _backend(cfg)
     _check_logging_and_device(cfg)
     _check_method_section(cfg, check_method)
-    if check_method and hasattr(backend, "validate"):  # every built-in backend has one
+    if check_method:
         backend.validate(cfg)
     if check_method:
         _check_can_update(cfg)

@@ -50,10 +50,8 @@ RUN_FILES = (
     "train.log",
     "tensorboard",
     "wandb",
-    "openrlhf.log",
-)
+)  # and the files each backend declares (``Backend.run_files``: its own logs)
 MIN_UPDATE_FRACTION = 0.5
-RUN_FILE_PATTERNS = ("openrlhf.task*.log",)  # one log per SLURM task of a multi-node OpenRLHF run
 
 
 class RunLog:
@@ -73,8 +71,10 @@ class RunLog:
 
 
 def _archive(run_dir: Path, old_id: str) -> Path | None:
+    from harness.backends import run_file_patterns
+
     present = [run_dir / n for n in RUN_FILES if (run_dir / n).exists()]
-    present += [p for pattern in RUN_FILE_PATTERNS for p in sorted(run_dir.glob(pattern))]
+    present += [p for pattern in run_file_patterns() for p in sorted(run_dir.glob(pattern))]
     if not present:
         return None
     dest = run_dir / "replaced" / f"{old_id}-{time.strftime('%Y%m%d-%H%M%S')}"

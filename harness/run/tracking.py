@@ -20,15 +20,14 @@ run's measuring settings, method, model, seed) with those final metrics, and the
 before training (step 0) is logged as ``eval/<suite>/<metric>`` at step 0 (``Trackers.log_eval``).
 
 Differs from the usual W&B set-up (``id = config hash``, ``resume="allow"``, which this harness did before and which
-makes a rerun write into the old run) and from OpenRLHF's (a new W&B run for every launch, resumed or not): see
-``openrlhf_logger_flags`` for what its launcher can pass.
+makes a rerun write into the old run) and from OpenRLHF's (a new W&B run for every launch, resumed or not): a
+backend that launches its own trainer passes that trainer's logger flags (the OpenRLHF backend's ``logger.py``).
 """
 
 from __future__ import annotations
 
 import atexit
 import json
-import os
 import re
 import secrets
 import time
@@ -270,22 +269,3 @@ class Trackers:
         atexit.unregister(self.close)
         for s in self.sinks:
             s.close()
-
-
-# --------------------------------------------------------------------------------------- OpenRLHF launch
-def openrlhf_logger_flags(logging: dict, run_dir) -> list[str]:
-    """OpenRLHF's ``--logger.*`` flags for a run's ``logging`` section. OpenRLHF 0.11 takes the W&B entity
-    (``--logger.wandb.org``), project, group and run name; it has no flag for tags, a run id or resuming: each launch
-    is a new W&B run. TensorBoard goes to ``RUN/tensorboard/<run name>/`` (OpenRLHF adds the run name)."""
-    argv: list[str] = []
-    if logging.get("tensorboard"):
-        argv += ["--logger.tensorboard_dir", os.path.join(run_dir, TB_DIR)]
-    if logging.get("wandb"):
-        argv += ["--logger.wandb.key", "${WANDB_API_KEY}"]
-        argv += ["--logger.wandb.project", str(logging.get("wandb_project") or "entropy-harness")]
-        if logging.get("wandb_entity"):
-            argv += ["--logger.wandb.org", str(logging["wandb_entity"])]
-        if logging.get("wandb_group"):
-            argv += ["--logger.wandb.group", str(logging["wandb_group"])]
-        argv += ["--logger.wandb.run_name", Path(run_dir).name]
-    return argv

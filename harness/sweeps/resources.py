@@ -17,33 +17,34 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
+from harness.kernel.fields import as_recorded, check_value, opt, spec
 from harness.registry import did_you_mean
 
-_INT = "int"
-RESOURCE_KEYS: dict[str, tuple[str, int | None]] = {  # key -> (kind, minimum)
-    "partition": ("str", None),
-    "account": ("str", None),
-    "qos": ("str", None),
-    "constraint": ("str", None),
-    "nodes": (_INT, 1),
-    "tasks_per_node": (_INT, 1),
-    "gpus_per_node": (_INT, 0),
-    "cpus_per_task": (_INT, 1),
-    "mem_gb": ("number", 0),
-    "timeout_min": (_INT, 1),
-    "array_parallelism": (_INT, 1),
-    "signal_delay_s": (_INT, 0),
-    "max_num_timeout": (_INT, 0),
-    "additional_parameters": ("mapping", None),
-    "setup": ("lines", None),
+
+def _lines(v) -> str | None:
+    return None if isinstance(v, list) and all(isinstance(x, str) for x in v) else "expected a list of shell lines"
+
+
+RESOURCE_KEYS = {  # declared like every config field (harness.kernel.fields.opt); None: unset (executor default)
+    "partition": opt(None, "sbatch --partition", kind=str),
+    "account": opt(None, "sbatch --account", kind=str),
+    "qos": opt(None, "sbatch --qos", kind=str),
+    "constraint": opt(None, "sbatch --constraint", kind=str),
+    "nodes": opt(1, kind=int, low=1),
+    "tasks_per_node": opt(1, kind=int, low=1),
+    "gpus_per_node": opt(0, kind=int, low=0),
+    "cpus_per_task": opt(1, kind=int, low=1),
+    "mem_gb": opt(None, kind=float, low=0),
+    "timeout_min": opt(60, kind=int, low=1),
+    "array_parallelism": opt(None, "at most this many array tasks at once", kind=int, low=1),
+    "signal_delay_s": opt(None, "USR2 this long before the time limit", kind=int, low=0),
+    "max_num_timeout": opt(3, "requeues after a time-out", kind=int, low=0),
+    "additional_parameters": opt({}, "any other sbatch option, e.g. {mail-type: END}", kind=dict),
+    "setup": opt([], "shell lines run before the job", kind=object, check=_lines),
 }
-DEFAULTS: dict[str, Any] = {
-    "nodes": 1,
-    "tasks_per_node": 1,
-    "gpus_per_node": 0,
-    "cpus_per_task": 1,
-    "timeout_min": 60,
-    "max_num_timeout": 3,
+DEFAULTS: dict[str, Any] = {  # what a cell gets for a key no layer sets
+    k: RESOURCE_KEYS[k].default
+    for k in ("nodes", "tasks_per_node", "gpus_per_node", "cpus_per_task", "timeout_min", "max_num_timeout")
 }
 EXECUTORS = ("local", "slurm", "debug")
 
@@ -58,21 +59,8 @@ def check_resources(data: Any, where: str, extra_keys: tuple[str, ...] = ()) -> 
             continue
         if key not in RESOURCE_KEYS:
             raise ValueError(f"{where}.{key}: {did_you_mean(str(key), list(RESOURCE_KEYS), 'resource key')}")
-        kind, low = RESOURCE_KEYS[key]
-        path = f"{where}.{key}"
-        if kind == "str" and not isinstance(value, str):
-            raise ValueError(f"{path}: expected a string, got {value!r}")
-        if kind == _INT and (isinstance(value, bool) or not isinstance(value, int)):
-            raise ValueError(f"{path}: expected an integer, got {value!r}")
-        if kind == "number" and (isinstance(value, bool) or not isinstance(value, (int, float))):
-            raise ValueError(f"{path}: expected a number, got {value!r}")
-        if low is not None and value < low:
-            raise ValueError(f"{path}: {value!r} is below the minimum {low}")
-        if kind == "mapping" and not isinstance(value, Mapping):
-            raise ValueError(f"{path}: expected a mapping of sbatch options, e.g. {{mail-type: END}}, got {value!r}")
-        if kind == "lines" and (not isinstance(value, list) or not all(isinstance(s, str) for s in value)):
-            raise ValueError(f"{path}: expected a list of shell lines, got {value!r}")
-        out[key] = dict(value) if kind == "mapping" else list(value) if kind == "lines" else value
+        typed = check_value(value, spec(RESOURCE_KEYS[key]), f"{where}.{key}", ValueError)
+        out[key] = list(typed) if isinstance(typed, list) else as_recorded(value, typed)  # mem_gb: 64 stays 64
     return out
 
 
@@ -145,10 +133,10 @@ def local_parallelism(resources: Mapping) -> int:
 def with_layout(config: Mapping, resources: Mapping, explicit: set[str], where: str) -> dict:
     """A backend that places its own workers (its ``layout``, e.g. OpenRLHF's Ray over nodes x GPUs) gets the job
     it needs: the layout's keys are derived from the run config; one a spec states (``explicit``) must agree."""
-    from harness.backends import get_backend
+    from harness.backends import DEFAULT_BACKEND, get_backend
     from harness.run.config import load_config
 
-    backend = get_backend(config.get("backend", "pocket"))
+    backend = get_backend(config.get("backend", DEFAULT_BACKEND))
     if "places_workers" not in backend.capabilities:
         return dict(resources)
     out = dict(resources)

@@ -127,7 +127,11 @@ def _base(value: Any, spec_path: Path | None) -> dict:
             p = spec_path.parent / p
         if not p.exists():
             raise SpecError(f"base: run config file not found: {p}")
-        value = read_yaml_mapping(p, SpecError, "a run config", "sections backend, seed, method, model, task, train")
+        from harness.run.config import EMPTY_HINT
+
+        value = read_yaml_mapping(
+            p, SpecError, "a run config", "sections backend, seed, method, model, task, train", empty=EMPTY_HINT
+        )
     if not isinstance(value, Mapping):
         raise SpecError(
             f"base: expected a run-config mapping (backend, seed, method, model, task, train, eval), got {value!r}"

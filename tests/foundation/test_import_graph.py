@@ -4,6 +4,7 @@ registry and protocol), there is no import circle, the core config imports no ba
 harness/backends names a backend, neither by import nor by a string in its code."""
 
 import ast
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -18,6 +19,10 @@ PACKAGES = {
 }
 # a device check runs each backend's own code on a borrowed machine by design: it may name them
 MAY_NAME_BACKENDS = ("harness.devicecheck",)
+# The method folders cite peer implementations (verl, TRL, OpenRLHF) as the conventions a loss follows
+# (`convention: trl`, `variant: trl`). A method never sees a backend or a config (the contract is plain tensors, and
+# the import rule keeps backends out), so such a string there names a peer convention, never a backend.
+PEER_CONVENTIONS = ("harness.methods", "harness.baselines")
 # Rank of each layer, lowest first: a module imports only its own rank or lower. The root modules (errors, io,
 # registry, provenance) are the floor; `harness` itself is the method API's lazy facade over the kernel.
 RANKS = {
@@ -162,6 +167,55 @@ def test_no_module_outside_the_backends_names_a_backend():
         for dep in deps
         if dep.startswith("harness.backends.") and dep.split(".")[2] in backends
     )
+    assert offenders == []
+
+
+def backend_strings(source: str, names) -> list[tuple[int, str]]:
+    """(line, string) of each string constant in ``source`` (docstrings excepted) that uses a backend name as a config
+    value, key or prefix: the whole string (``"pocket"``), or the name before ``.``, ``:``, ``/`` or ``-`` and more
+    (``openrlhf.nodes``, ``pocket-0.3m``, ``openrlhf.log``, ``harness.backends.pocket.models``); prose
+    ("the openrlhf backend") and a document's file name (``docs/pocket.md``) are not."""
+    pattern = re.compile(rf"(?<![\w])({'|'.join(map(re.escape, names))})(?!\.md\b)(?=$|[.:/-]\w)")
+    tree = ast.parse(source)
+    docs = {
+        id(node.body[0].value)
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Module | ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef)
+        and node.body
+        and isinstance(node.body[0], ast.Expr)
+        and isinstance(node.body[0].value, ast.Constant)
+    }
+    return sorted(
+        (node.lineno, node.value)
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docs
+        if pattern.search(node.value)
+    )
+
+
+def test_the_string_check_finds_a_backend_name():
+    source = (
+        'def f(cfg):\n    """On pocket: openrlhf.nodes is read (a docstring may name them)."""\n'
+        '    if cfg.backend == "pocket":\n        return "openrlhf.log", f"{cfg}pocket-0.3m"\n'
+        '    return "see docs/pocket.md", "the openrlhf backend", "pocketful", "trl"\n'
+    )
+    found = backend_strings(source, ("pocket", "openrlhf", "trl"))
+    assert found == [(3, "pocket"), (4, "openrlhf.log"), (4, "pocket-0.3m"), (5, "trl")]
+
+
+def test_no_module_outside_the_backends_names_a_backend_in_its_code():
+    """The core reaches backend knowledge through the protocol (defaults, sections, log files, packages, suite
+    capabilities), never by a backend's name written into a string of its code."""
+    graph = import_graph()
+    names = {m.split(".")[2] for m in graph if m.startswith("harness.backends.") and m.count(".") >= 2} - {"base"}
+    assert {"pocket", "openrlhf", "trl"} <= names
+    files = [p for folder in PACKAGES for p in (ROOT / folder).rglob("*.py") if "__pycache__" not in p.parts]
+    offenders = [
+        f"{path.relative_to(ROOT)}:{line}: {text!r}"
+        for path in files
+        if not _module(path).startswith(("harness.backends", *MAY_NAME_BACKENDS, *PEER_CONVENTIONS))
+        for line, text in backend_strings(path.read_text(), sorted(names))
+    ]
     assert offenders == []
 
 

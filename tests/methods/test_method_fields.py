@@ -101,18 +101,33 @@ def test_an_unknown_eps_names_the_clipping_rule():
         harness.get_method("kl_cov", clip_ratio_c=3.0)
 
 
+OPT = "advantage_options."  # an estimator option's key path under the method
+
+
 @pytest.mark.parametrize(
     "method,msg",
     [
-        ({"name": "entropy_advantage", "advantage_options": {"alpha": -5}}, "alpha=-5 must be >= 0"),
-        ({"name": "entropy_advantage", "advantage_options": {"kappa": 1.0}}, "kappa=1.0 must be > 1"),
+        ({"name": "entropy_advantage", "advantage_options": {"alpha": -5}}, f"{OPT}alpha: -5 must be >= 0.0"),
+        ({"name": "entropy_advantage", "advantage_options": {"kappa": 1.0}}, f"{OPT}kappa: 1.0 must be > 1.0"),
         ({"name": "entropy_advantage", "advantage_options": {"base": "prime"}}, "base='prime' is not allowed"),
-        ({"name": "entropy_advantage", "advantage_options": {"alpha": "big"}}, "alpha='big' must be float"),
-        ({"name": "prime", "advantage_options": {"norm": "bad"}}, "norm='bad' is not allowed. Allowed: batch_norm"),
-        ({"name": "prime", "advantage_options": {"beta": 0}}, "beta=0 must be > 0"),
-        ({"name": "prime", "advantage_options": {"drop_last_process_reward": 1}}, "must be bool"),
-        ({"name": "w_reinforce", "advantage_options": {"positive_weight": -1.0}}, "positive_weight=-1.0 must be >= 0"),
-        ({"name": "grpo", "advantage": "grpo", "advantage_options": {"std_normalize": "no"}}, "must be bool"),
+        (
+            {"name": "entropy_advantage", "advantage_options": {"alpha": "big"}},
+            f"{OPT}alpha: expected a number, got 'big'",
+        ),
+        (
+            {"name": "prime", "advantage_options": {"norm": "bad"}},
+            f"{OPT}norm: 'bad' is not allowed. Allowed: batch_norm",
+        ),
+        ({"name": "prime", "advantage_options": {"beta": 0}}, f"{OPT}beta: 0 must be > 0.0"),
+        ({"name": "prime", "advantage_options": {"drop_last_process_reward": 1}}, "expected true or false, got 1"),
+        (
+            {"name": "w_reinforce", "advantage_options": {"positive_weight": -1.0}},
+            f"{OPT}positive_weight: -1.0 must be >= 0.0",
+        ),
+        (
+            {"name": "grpo", "advantage": "grpo", "advantage_options": {"std_normalize": "no"}},
+            "expected true or false, got 'no'",
+        ),
         ({"name": "kl_cov", "advantage": "rloo", "advantage_options": {"beta": 1.0}}, "unknown advantage option"),
     ],
 )

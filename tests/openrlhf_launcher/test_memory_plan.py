@@ -221,7 +221,7 @@ def test_a_smaller_gpu_refuses_what_a_larger_one_runs(tmp_path):
         ({"zero_stage": "most"}, r"openrlhf.zero_stage: expected a positive integer or auto, got 'most'"),
         ({"zero_stage": 4}, r"openrlhf.zero_stage: 4 is not allowed. Allowed: 0, 1, 2, 3, auto"),
         ({"adam_offload": "yes"}, r"openrlhf.adam_offload: 'yes' is not allowed"),
-        ({"gpu_memory_gb": 0}, r"openrlhf.gpu_memory_gb: expected a number > 0"),
+        ({"gpu_memory_gb": 0}, r"openrlhf.gpu_memory_gb: 0 must be > 0.0"),
         ({"extra_flags": {"--ds.adam_offload": True}}, r"--ds.adam_offload is set by openrlhf.adam_offload"),
     ],
 )

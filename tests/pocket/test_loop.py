@@ -154,11 +154,12 @@ def test_generated_entropy_is_the_official_entropy_of_every_response_before_filt
 
 
 def test_entropy_after_update_measures_the_updates_effect_on_the_trained_batch_alone(tiny, tmp_path):
-    """``train.entropy_after_update`` re-measures the trained batch with the updated weights: zero change at lr 0,
-    a rise under a strong entropy bonus; it is a measurement only (no other metric, no weight changes)."""
+    """``train.entropy_after_update`` re-measures the trained batch with the updated weights: zero change at an lr too
+    small to move any float32 weight (AdamW's step is ~lr; lr 0 is refused at load), a rise under a strong entropy
+    bonus; it is a measurement only (no other metric, no weight changes)."""
     tiny["train"].update(steps=2, dynamic_filtering=False, entropy_after_update=True)
     tiny["eval"]["every"] = 0
-    run(load_config({**tiny, "train": {**tiny["train"], "lr": 0.0}}), tmp_path / "lr0", quiet=True)
+    run(load_config({**tiny, "train": {**tiny["train"], "lr": 1e-30}}), tmp_path / "lr0", quiet=True)
     for row in read_jsonl(tmp_path / "lr0" / "metrics.jsonl"):
         assert row["entropy/after_update"] == pytest.approx(row["entropy"], rel=1e-5)
         assert abs(row["entropy/update_delta"]) < 1e-5

@@ -296,8 +296,9 @@ def _pocket_run(tiny, tmp_path, name, lr):
 def test_probe_compares_the_start_model_with_the_last_checkpoint(tiny, tmp_path):
     from harness.studies.probe import probe_run, probe_runs
 
-    frozen = probe_run(_pocket_run(copy.deepcopy(tiny), tmp_path, "frozen", 0.0), n_prompts=16, n_samples=2)
-    # lr 0: the last checkpoint holds the start weights, so the probe must read the same entropy and accuracy
+    frozen = probe_run(_pocket_run(copy.deepcopy(tiny), tmp_path, "frozen", 1e-30), n_prompts=16, n_samples=2)
+    # lr 1e-30 (lr 0 is refused at load): no AdamW step moves a float32 weight, so the last checkpoint holds the
+    # start model and the probe must read the same entropy and accuracy
     assert frozen["step"] == 3 and frozen["h_start"] > 0.5  # no warm start: a fresh model is far from certain
     assert frozen["h_end"] == pytest.approx(frozen["h_start"], rel=1e-5) and frozen["acc_end"] == frozen["acc_start"]
     groups = frozen["end_by_group"]

@@ -35,12 +35,12 @@ def test_unknown_key_gets_did_you_mean(tiny):
 @pytest.mark.parametrize(
     "override, fragment",
     [
-        ("train.steps=0", "train.steps: 0 is below the minimum 1"),
+        ("train.steps=0", "train.steps: 0 must be >= 1"),
         ("train.steps=ten", "train.steps: expected an integer, got 'ten'"),
         ("train.lr=fast", "train.lr: expected a number, got 'fast'"),
         ("train.dynamic_filtering=maybe", "train.dynamic_filtering: expected true or false"),
         ("model.dtype=fp8", "model.dtype: 'fp8' is not allowed. Allowed: float32, bfloat16, float16"),
-        ("eval.top_p=2", "eval.top_p: 2.0 is above the maximum 1.0"),
+        ("eval.top_p=2", "eval.top_p: 2 must be <= 1.0"),
         ("backend=pockit", "backend: 'pockit' is not allowed. Did you mean 'pocket'?"),
         ("train=5", "train: expected a mapping"),
         (
@@ -61,7 +61,7 @@ def test_unknown_model_size_and_task_did_you_mean(tiny):
     assert "task.options.digts: unknown option for task 'arith'. Did you mean 'digits'?" in err(
         tiny, ["task.name=arith", "task.options={digts: 3}"]
     )
-    assert "task.options.digits: 9 is not allowed" in err(tiny, ["task.name=arith", "task.options={digits: 9}"])
+    assert "task.options.digits: 9 must be <= 4" in err(tiny, ["task.name=arith", "task.options={digits: 9}"])
     assert "JSONL file not found" in err(tiny, ["task.name=/nonexistent/problems.jsonl"])
 
 
@@ -73,18 +73,23 @@ def test_method_errors_come_from_the_method_registry(tiny):
     assert "method.name: required" in err(tiny, ["method={k_ratio: 0.1}"])
 
 
-def test_openrlhf_section_is_validated_when_loaded_and_ignored_by_pocket(tiny):
-    tiny["openrlhf"] = {"vllm": {"tp": 2}, "anything": [1, 2]}
+def test_a_backend_section_is_typed_by_its_backend_and_refused_on_another(tiny):
+    """Another backend's section is refused like an unknown key, naming the backend (it used to load on pocket and
+    change the run id: issue 37 item 6); the empty section every pocket config.yaml records still loads."""
     tiny["eval"] = {**tiny["eval"], "every": 0}  # OpenRLHF evaluates in its loop only eval.suites (none here)
-    cfg = load_config(tiny)  # pocket ignores another backend's section
-    assert cfg.openrlhf == {"vllm": {"tp": 2}, "anything": [1, 2]}
+    assert load_config(dict(tiny, openrlhf={})).run_id() == load_config(tiny).run_id()
+    for section in ({"nodes": 2}, {"vllm": {"tp": 2}, "anything": [1, 2]}):
+        with pytest.raises(ConfigError, match=r"belongs to the openrlhf backend, and this run's backend is pocket"):
+            load_config(dict(tiny, openrlhf=section))
     with pytest.raises(ConfigError, match=r"openrlhf.vllm: unknown key. Did you mean 'vllm_tp'"):
-        load_config(dict(tiny, backend="openrlhf"), ["model.name=Qwen/Qwen2.5-7B"])
+        load_config(dict(tiny, backend="openrlhf", openrlhf={"vllm": {"tp": 2}}), ["model.name=Qwen/Qwen2.5-7B"])
     hub = load_config(
         dict(tiny, backend="openrlhf", openrlhf={"gpus_per_node": 1, "zero_stage": "auto", "adam_offload": "auto"}),
-        ["model.name=Qwen/Qwen2.5-7B", "train.micro_batch_size=1"],
+        ["model.name=Qwen/Qwen2.5-7B", "train.micro_batch_size=1", "model.warm_start={}"],
     )
     assert hub.model.name == "Qwen/Qwen2.5-7B" and hub.openrlhf.gpus_per_node == 1  # typed by the backend
+    with pytest.raises(ConfigError, match=r"model.warm_start.enabled: model.warm_start belongs to the pocket and trl"):
+        load_config(dict(tiny, backend="openrlhf"), ["model.name=Qwen/Qwen2.5-7B", "train.micro_batch_size=1"])
 
 
 def test_override_syntax():

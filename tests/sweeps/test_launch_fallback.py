@@ -22,8 +22,10 @@ class NoLaunch(Backend):
 
 def test_fallback_command_is_harness_train_and_runs(tmp_path):
     BACKENDS.register("test_nolaunch", NoLaunch())
+    base = tiny_pocket_base()
+    del base["model"]["warm_start"]  # pocket's section: refused on another backend
     try:
-        cmd = launch_command({**tiny_pocket_base(), "backend": "test_nolaunch"}, tmp_path)
+        cmd = launch_command({**base, "backend": "test_nolaunch"}, tmp_path)
         assert cmd == harness_train_command(tmp_path)
     finally:
         BACKENDS.unregister("test_nolaunch")

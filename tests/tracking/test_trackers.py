@@ -11,7 +11,7 @@ import pytest
 from harness.io import read_jsonl
 from harness.run.config import load_config
 from harness.run.runner import run
-from harness.run.tracking import model_size, openrlhf_logger_flags
+from harness.run.tracking import model_size
 
 pytest.importorskip("wandb")
 pytest.importorskip("tensorboard")
@@ -160,28 +160,6 @@ def test_no_tracker_no_tracker_files(tiny, tmp_path):
 )
 def test_model_size_tag(name, size):
     assert model_size(name) == size
-
-
-def test_openrlhf_logger_flags_carry_entity_project_group():
-    logging = {"tensorboard": True, "wandb": True, "wandb_project": "p", "wandb_entity": "lab", "wandb_group": "sw"}
-    argv = openrlhf_logger_flags(logging, "/runs/cell")
-    assert argv == [
-        "--logger.tensorboard_dir",
-        "/runs/cell/tensorboard",
-        "--logger.wandb.key",
-        "${WANDB_API_KEY}",
-        "--logger.wandb.project",
-        "p",
-        "--logger.wandb.org",
-        "lab",
-        "--logger.wandb.group",
-        "sw",
-        "--logger.wandb.run_name",
-        "cell",
-    ]
-    assert openrlhf_logger_flags({"wandb": False}, "/runs/cell") == []
-    plain = openrlhf_logger_flags({"wandb": True, "wandb_project": "p"}, "/r/c")
-    assert "--logger.wandb.org" not in plain and "--logger.wandb.group" not in plain
 
 
 def test_a_too_long_tag_is_refused_before_training(tiny, tmp_path):

@@ -18,13 +18,19 @@ class OpenRLHFBackend(Backend):
 
     name = "openrlhf"
     sections = {"openrlhf": options.OpenRLHFOptions}
+    recorded_by_every_run = ("openrlhf",)  # a core section when run ids were published: every run records it
     capabilities = frozenset({"in_loop_suites", "places_workers"})
+    run_files = ("openrlhf.log", "openrlhf.task*.log")  # the launcher's log; one per SLURM task of a multi-node run
+    packages = ("openrlhf",)
+
+    def build_section(self, path, value):
+        """The ``openrlhf:`` section typed and checked on its own (``options.parse_options``)."""
+        return options.parse_options(value)
 
     def validate(self, config) -> None:
-        """Type the ``openrlhf:`` section and run every launch check now (pure Python), as pocket does."""
+        """Run every launch check now (pure Python), as pocket does."""
         from harness.backends.openrlhf.flags import build_plan
 
-        options.type_section(config)
         build_plan(config, "run-dir")
 
     def launch_command(self, config, run_dir) -> str:
@@ -39,18 +45,14 @@ class OpenRLHFBackend(Backend):
 
     def in_loop_eval(self, config) -> str:
         """OpenRLHF scores in its loop only ``eval.suites`` (or ``openrlhf.eval_dataset``), every ``eval.every``."""
-        ec, section = config.eval, config.openrlhf
-        dataset = (
-            getattr(section, "eval_dataset", None) if not isinstance(section, dict) else section.get("eval_dataset")
-        )
+        ec, dataset = config.eval, options.options_of(config).eval_dataset
         if not ec.every or not (ec.suites or dataset):
             return "off"
         return f"every {ec.every} steps on {', '.join(ec.suites) or dataset}"
 
     def layout(self, config) -> dict:
         """Ray places the actor, reference and vLLM workers over all of the job's nodes and GPUs."""
-        section = config.openrlhf if isinstance(config.openrlhf, options.OpenRLHFOptions) else None
-        section = section or options.parse_options(config.openrlhf)
+        section = options.options_of(config)
         return {"nodes": section.nodes, "gpus_per_node": section.gpus_per_node}
 
     def worker_role(self, config, env=os.environ) -> str:

@@ -50,6 +50,7 @@ from harness.backends.openrlhf.options import (  # noqa: E402,F401  (re-exported
     REWARDS,
     OpenRLHFConfigError,
     OpenRLHFOptions,
+    options_of,
     parse_options,
 )
 
@@ -69,21 +70,13 @@ def typed(config):
     then the backend's checks); a RunConfig is used as it is; any other resolved config (``to_dict()``) is typed
     by the shared schema. Every value the launch reads is then a field of it (``cfg.train.lr``), never a default
     written here."""
-    from harness.run.config import RunConfig, load_config
+    from harness.run.config import RunConfig, build_config, load_config
 
     if isinstance(config, Mapping):
         return load_config(config)
     if isinstance(config, RunConfig):
         return config
-    from harness.kernel.fields import build
-
-    return build(RunConfig, as_dict(config), "")
-
-
-def options_of(cfg) -> OpenRLHFOptions:
-    """The validated ``openrlhf:`` section (typed by the backend's ``validate`` or still a mapping)."""
-    section = cfg.openrlhf
-    return parse_options(dataclasses.asdict(section) if isinstance(section, OpenRLHFOptions) else section)
+    return build_config(as_dict(config))
 
 
 def build_method(method_section: Mapping):
@@ -482,10 +475,10 @@ def _launcher_argv(cfg, lay: _Layout, run_dir: str) -> tuple[list[str], dict | N
             counts=None,  # known once the launcher wrote the file (bridge.eval_payload reads it)
         )
         argv += argv_eval
-    from harness.run.tracking import openrlhf_logger_flags
+    from harness.backends.openrlhf.logger import logger_flags
 
     # TensorBoard; W&B entity, project, group, run name
-    argv += openrlhf_logger_flags(dataclasses.asdict(cfg.logging), run_dir)
+    argv += logger_flags(dataclasses.asdict(cfg.logging), run_dir)
     return argv, eval_spec
 
 

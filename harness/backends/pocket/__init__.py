@@ -14,6 +14,8 @@ class PocketBackend(Backend):
 
     name = "pocket"
     sections = {"model.warm_start": options.WarmStartOptions}
+    default_model = "pocket-0.3m"
+    default_task = "arith"
     capabilities = frozenset({"auxiliary_model", "entropy_after_update", "policy_sampler"})
 
     def validate(self, config) -> None:

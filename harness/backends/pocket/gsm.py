@@ -20,6 +20,8 @@ from __future__ import annotations
 
 import random
 
+from harness.kernel.fields import opt
+
 from .tasks import SPLIT_SEED, TASKS, Task
 
 INSTRUCTION = "Put your final answer within \\boxed{}."
@@ -33,17 +35,12 @@ NAMES = ("Tom", "Anna", "Liam", "Mia", "Noah", "Emma", "Ravi", "Sofia", "Kenji",
 ITEMS = ("apples", "pencils", "stickers", "marbles", "cookies", "books", "cards", "shells", "stamps", "balloons")
 
 
-def _levels_ok(v) -> str | None:
+def _levels(v) -> str | None:
     if isinstance(v, int) and not isinstance(v, bool):
         v = str(v)
     if isinstance(v, str) and v and set(v) <= set("1234"):
         return None
     return "expected a non-empty string of levels from '1234' (e.g. \"12\")"
-
-
-def _pool_ok(v) -> str | None:
-    ok = isinstance(v, int) and not isinstance(v, bool) and 10 <= v <= 100_000
-    return None if ok else "expected an integer in [10, 100000]"
 
 
 def _level1(r: random.Random, name: str, item: str) -> tuple[str, int]:
@@ -111,9 +108,9 @@ class GsmArith(Task):
 
     name = "gsm_arith"
     options_schema = {
-        "levels": ("1", _levels_ok),
-        "pool": (2000, _pool_ok),
-        "shots": (1, lambda v: None if v in (0, 1, 2, 3) else "expected 0, 1, 2 or 3"),
+        "levels": opt("1", "levels drawn from: a string of 1-4 (an integer: its digits)", kind=object, check=_levels),
+        "pool": opt(2000, "problems generated before the split", kind=int, low=10, high=100_000),
+        "shots": opt(1, "worked examples in each prompt", kind=int, choices=(0, 1, 2, 3)),
     }
 
     def all_problems(self) -> list[dict]:

@@ -1,12 +1,16 @@
-"""What the pocket backend owns in a run config: ``model.warm_start`` (typed here), the pocket model sizes and
-tasks (did-you-mean from their registries) and the mini-batch count a rollout must supply."""
+"""What the pocket backend owns in a run config: ``model.warm_start`` (its section, typed when the config loads),
+the pocket model sizes and tasks (did-you-mean from their registries), the optimizers it has (``train.optimizer``)
+and the mini-batch count a rollout must supply."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
 from harness.errors import ConfigError
-from harness.kernel.fields import build, opt
+from harness.kernel.fields import check_value, opt
+
+# train.optimizer: adamw (betas 0.9, 0.999), adamw_b1_0 (no momentum) or sgd (plain, no momentum)
+OPTIMIZERS = ("adamw", "adamw_b1_0", "sgd")
 
 
 @dataclass
@@ -19,33 +23,32 @@ class WarmStartOptions:
     target_acc: float = opt(
         0.3,
         kind=float,
-        min=0.0,
-        max=1.0,
+        low=0.0,
+        high=1.0,
         help="stop once sampled (T=1) accuracy on held-out train problems reaches this",
     )
-    max_steps: int = opt(3000, kind=int, min=0)
-    batch_size: int = opt(64, kind=int, min=1)
-    lr: float = opt(3e-3, kind=float, min=0.0)
-    check_every: int = opt(10, kind=int, min=1)
-    min_steps: int = opt(50, kind=int, min=0)
+    max_steps: int = opt(3000, kind=int, low=0)
+    batch_size: int = opt(64, kind=int, low=1)
+    lr: float = opt(3e-3, kind=float, low=0.0)
+    check_every: int = opt(10, kind=int, low=1)
+    min_steps: int = opt(50, kind=int, low=0)
 
 
 WarmStartConfig = WarmStartOptions  # the name it had in harness.run.config
 
 
 def validate(cfg) -> None:
-    """Type ``cfg.model.warm_start`` and check the pocket-only settings; raise ConfigError."""
+    """Check the pocket-only settings (``model.warm_start`` is typed already); raise ConfigError."""
     from harness.backends.pocket import models, tasks
 
-    ws = cfg.model.warm_start
-    cfg.model.warm_start = build(WarmStartOptions, ws if isinstance(ws, dict) else vars(ws), "model.warm_start")
+    check_value(cfg.train.optimizer, {"kind": str, "choices": OPTIMIZERS}, "train.optimizer")
     models.check_model_name(cfg.model.name)
     if cfg.model.warm_start.enabled == "true" and not models.is_pocket(cfg.model.name):
         raise ConfigError(
             f"model.warm_start.enabled: true only applies to pocket sizes; {cfg.model.name!r} is a "
             f"pretrained checkpoint (allowed here: auto, false)"
         )
-    tasks.check_task(cfg.task.name, cfg.task.options)
+    cfg.task.options = tasks.check_task(cfg.task.name, cfg.task.options)
     from harness.backends.pocket.pretrained import check_task_fields
 
     check_task_fields(cfg.task)

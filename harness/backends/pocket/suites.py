@@ -70,6 +70,7 @@ def register_model_suite(registry, model_dir) -> str | None:
         note=f"task {spec['task']!r} of run {spec.get('run_id')} (options {spec.get('options') or {}})",
         loader=_loader(spec["task"], int(spec["test_size"]), spec.get("options") or {}, spec.get("max_problems")),
         grader=grade_pocket,
+        exact_answers=True,
     )
     if name in registry:
         if registry.get(name).kind != "pocket":
@@ -105,6 +106,7 @@ def register_all(registry) -> None:
                 note=f"pocket task {name!r} test split",
                 loader=_loader(name),
                 grader=grade_pocket,
+                exact_answers=True,
             ),
         )
 

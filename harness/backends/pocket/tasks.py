@@ -17,6 +17,7 @@ on the run seed (the split seed is fixed per task), and grades a response with a
 from __future__ import annotations
 
 import ast
+import dataclasses
 import functools
 import itertools
 import json
@@ -26,6 +27,7 @@ from collections import Counter
 from pathlib import Path
 
 from harness.errors import ConfigError, did_you_mean, suggestion
+from harness.kernel.fields import as_recorded, check_value, default_of, opt, spec
 from harness.registry import Registry
 
 TASKS = Registry(
@@ -34,21 +36,29 @@ TASKS = Registry(
 SPLIT_SEED = 20250528  # fixed: the split never depends on the run seed
 
 
-def _check_options(task: str, options: dict, allowed: dict) -> dict:
-    """Merge ``options`` into defaults; unknown keys get a did-you-mean, values are type checked."""
-    out = {k: v[0] for k, v in allowed.items()}
+def _option(declared) -> tuple:
+    """(default, metadata) of a task option: declared with ``opt``, or a plugin's ``(default, check)`` pair from
+    before the one field language (``check(value) -> None`` or the text of what is allowed; no type of its own)."""
+    if isinstance(declared, dataclasses.Field):
+        return default_of(declared), spec(declared)
+    default, check = declared
+    return default, {"check": check}
+
+
+def _check_options(task: str, options: dict, allowed: dict) -> tuple[dict, dict]:
+    """(every option typed, defaults for the ones not given; the given ones as the config records them). Unknown
+    keys get a did-you-mean; values are checked like every config field (``harness.kernel.fields``)."""
+    declared = {k: _option(v) for k, v in allowed.items()}
+    typed, recorded = {k: d for k, (d, _) in declared.items()}, {}
     for k, v in (options or {}).items():
         if k not in allowed:
             hint = suggestion(k, allowed)
             raise ConfigError(
                 f"task.options.{k}: unknown option for task {task!r}.{hint} Allowed: {', '.join(allowed) or '(none)'}"
             )
-        check = allowed[k][1]
-        msg = check(v)
-        if msg:
-            raise ConfigError(f"task.options.{k}: {v!r} is not allowed; {msg}")
-        out[k] = v
-    return out
+        typed[k] = check_value(v, declared[k][1], f"task.options.{k}")
+        recorded[k] = as_recorded(v, typed[k])
+    return typed, recorded
 
 
 class Task:
@@ -56,7 +66,7 @@ class Task:
     options_schema: dict = {}
 
     def __init__(self, test_size: int = 200, options: dict | None = None):
-        self.options = _check_options(self.name, options or {}, self.options_schema)
+        self.options = _check_options(self.name, options or {}, self.options_schema)[0]
         problems = self.all_problems()
         random.Random(SPLIT_SEED).shuffle(problems)
         n_test = min(test_size, max(1, len(problems) // 5))
@@ -75,26 +85,18 @@ class Task:
         return problem["answer"]
 
 
-def _int_range(lo, hi):
-    return lambda v: (
-        None
-        if isinstance(v, int) and not isinstance(v, bool) and lo <= v <= hi
-        else f"expected an integer in [{lo}, {hi}]"
-    )
-
-
 @TASKS.register("arith")
 class Arith(Task):
     """Multi-digit integer arithmetic: ``a op b=`` -> the exact result."""
 
     name = "arith"
     options_schema = {
-        "digits": (2, _int_range(1, 4)),
-        "ops": (
+        "digits": opt(2, "digits of each operand", kind=int, low=1, high=4),
+        "ops": opt(
             "+-",
-            lambda v: (
-                None if isinstance(v, str) and v and set(v) <= set("+-*") else "expected a non-empty subset of '+-*'"
-            ),
+            "operators drawn from",
+            kind=str,
+            check=lambda v: None if v and set(v) <= set("+-*") else "expected a non-empty subset of '+-*'",
         ),
     }
 
@@ -150,9 +152,11 @@ class Countdown(Task):
 
     name = "countdown"
     options_schema = {
-        "n_numbers": (3, _int_range(2, 4)),
-        "max_number": (9, _int_range(2, 20)),
-        "ordered": (False, lambda v: None if isinstance(v, bool) else "expected true or false"),
+        "n_numbers": opt(3, "numbers to combine", kind=int, low=2, high=4),
+        "max_number": opt(9, "largest number", kind=int, low=2, high=20),
+        "ordered": opt(
+            False, "one answer per problem: the numbers in the prompt's order (see the docstring)", kind=bool
+        ),
     }
 
     def all_problems(self):
@@ -277,20 +281,21 @@ def is_jsonl(name: str) -> bool:
     return name.endswith(".jsonl") or Path(name).is_file()
 
 
-def check_task(name: str, options: dict | None = None) -> None:
-    """ConfigError (with did-you-mean) unless ``name`` is a registered task or an existing JSONL file."""
+def check_task(name: str, options: dict | None = None) -> dict:
+    """``options`` as the config records them (``_check_options``); ConfigError (with did-you-mean) unless ``name`` is
+    a registered task or an existing JSONL file and every option is one of its own."""
     if is_jsonl(name):
         if not Path(name).is_file():
             raise ConfigError(f"task.name: JSONL file not found: {name}")
         if options:
             raise ConfigError(f"task.options: a JSONL task takes no options, got {sorted(options)}")
-        return
+        return {}
     if name not in TASKS:
         raise ConfigError(
             f"task.name: {did_you_mean(name, TASKS.names(), 'task')}, or a path to a .jsonl file of {{prompt, answer}}"
         )
     cls = TASKS.get(name)
-    _check_options(name, options or {}, cls.options_schema)
+    return _check_options(name, options or {}, cls.options_schema)[1]
 
 
 def make_task(name: str, test_size: int = 200, options: dict | None = None) -> Task:

@@ -9,6 +9,7 @@ from pathlib import Path
 
 from harness.backends import register_backend
 from harness.backends.base import Backend
+from harness.backends.pocket.options import WarmStartOptions
 from harness.backends.trl import options
 
 
@@ -17,7 +18,7 @@ class TRLBackend(Backend):
     """``train`` runs ``HarnessGRPOTrainer`` in this process; the runner writes result.json."""
 
     name = "trl"
-    sections = {}  # no section of its own: everything derives from the core train/model/task sections
+    sections = {"model.warm_start": WarmStartOptions}  # pocket's warm start (its sizes train here too); else core
     capabilities = frozenset({"entropy_after_update"})
 
     def validate(self, config) -> None:

@@ -69,6 +69,11 @@ def validate(cfg) -> None:
     from harness.backends.pocket import options as pocket_options
     from harness.backends.pocket.pretrained import is_gguf
 
+    if cfg.train.optimizer != "adamw":
+        raise ConfigError(
+            f"train.optimizer: {cfg.train.optimizer!r} is not supported on the trl backend (GRPOTrainer builds its "
+            f"own AdamW); allowed here: adamw"
+        )
     pocket_options.validate(cfg)
     if cfg.train.dynamic_filtering:
         raise ConfigError(
@@ -79,11 +84,6 @@ def validate(cfg) -> None:
         raise ConfigError(
             f"model.name: {cfg.model.name!r} is a GGUF file; the trl backend trains transformers models only "
             f"(a pocket size, a Hugging Face model directory or a hub id)"
-        )
-    if cfg.train.optimizer != "adamw":
-        raise ConfigError(
-            f"train.optimizer: {cfg.train.optimizer!r} is not supported on the trl backend (GRPOTrainer builds its "
-            f"own AdamW); allowed here: adamw"
         )
     if not str(cfg.train.device).startswith(("cpu", "cuda", "auto")):
         raise ConfigError(f"train.device: {cfg.train.device!r} is not supported on the trl backend; allowed: cpu, cuda")
