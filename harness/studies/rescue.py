@@ -87,9 +87,11 @@ def read_runs(root) -> list[dict]:
             rows = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines() if x.strip()]
             h = [r[ENTROPY_KEY] for r in rows if ENTROPY_KEY in r]
             noise = {k: float(np.mean([r[k] for r in rows if k in r])) for k in NOISE_KEYS if any(k in r for r in rows)}
+            cfg = yaml.safe_load((run / "config.yaml").read_text())
             out.append(
                 {
-                    "arm": arm_of(yaml.safe_load((run / "config.yaml").read_text())),
+                    "arm": arm_of(cfg),
+                    "model": (cfg.get("model") or {}).get("name"),
                     "seed": res["seed"],
                     "status": res["status"],
                     "h_end": float(np.mean(h[-WINDOW:])) if len(h) >= WINDOW else float("nan"),
@@ -166,6 +168,7 @@ def analyse(root, max_seeds: int | None = None) -> dict:
     }
     return {
         "arms": list(ARMS),
+        "models": sorted({str(r["model"]) for r in runs}),
         "seeds": seeds,
         "n": len(seeds),
         "excluded": [{"dir": r["dir"], "status": r["status"]} for r in excluded],
@@ -182,7 +185,8 @@ def write(root, out, max_seeds: int | None = None) -> dict:
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     (out / "rescue.json").write_text(json.dumps(res, indent=1, sort_keys=True) + "\n", encoding="utf-8")
-    title = f"Rescue study: pocket-0.3m, ordered countdown, 500 steps, seeds {res['seeds'][:1]}..{res['seeds'][-1:]}"
+    seeds = f"{res['seeds'][0]}-{res['seeds'][-1]}" if res["seeds"] else "none"
+    title = f"Rescue study ({', '.join(res['models'])}): {res['n']} seeds paired, {seeds}"
     md = [
         verdict_markdown([(title, res["verdicts"])]),
         "",
