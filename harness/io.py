@@ -260,23 +260,42 @@ def repair_jsonl(path: str | os.PathLike) -> int:
     return size - keep
 
 
+def jsonl_lines(
+    path: str | os.PathLike, on_bad: Callable[[int, str], None] | None = None, *, torn_tail: bool = False
+) -> list[tuple[int, Any]]:
+    """``(line number, value)`` of each non-blank line of a JSONL file (gzip-compressed when it ends in ``.gz``),
+    each line decoded as UTF-8 on its own: the one JSONL reader. A line that is not UTF-8 or not JSON goes to
+    ``on_bad(line number, why)`` and is left out; without ``on_bad`` it is a ``ValueError`` ``PATH:LINE: why``.
+    ``torn_tail``: a bad last line (a writer killed mid-append) is left out silently. A file that cannot be read is
+    a ``ValueError`` naming it."""
+    path = Path(path)
+    lines = _read_bytes(path, gz=path.name.endswith(".gz")).splitlines()
+    out = []
+    for ln, data in enumerate(lines, 1):
+        if not data.strip():
+            continue
+        try:
+            out.append((ln, json.loads(data.decode("utf-8"))))
+            continue
+        except UnicodeDecodeError as e:
+            why = f"not UTF-8 text (byte {e.object[e.start]:#04x} at column {e.start + 1})"
+        except json.JSONDecodeError as e:
+            why = f"not valid JSON ({e.msg} at column {e.colno})"
+        if torn_tail and ln == len(lines):
+            break
+        if on_bad is None:
+            raise ValueError(f"{path}:{ln}: {why}")
+        on_bad(ln, why)
+    return out
+
+
 def read_jsonl(path: str | os.PathLike) -> list[dict]:
-    """Read a JSONL file; a torn last line (killed mid-write) is skipped, any other bad line is an error."""
+    """The rows of a JSONL file that a writer may still append to ([] when it does not exist): a torn last line
+    (killed mid-write) is skipped, any other bad line is an error naming the file and line."""
     path = Path(path)
     if not path.exists():
         return []
-    lines = read_text(path).splitlines()
-    out = []
-    for i, line in enumerate(lines):
-        if not line.strip():
-            continue
-        try:
-            out.append(json.loads(line))
-        except json.JSONDecodeError:
-            if i == len(lines) - 1:
-                break
-            raise ValueError(f"{path}: line {i + 1} is not valid JSON") from None
-    return out
+    return [row for _, row in jsonl_lines(path, torn_tail=True)]
 
 
 def write_jsonl(path: str | os.PathLike, records: Iterable[dict]) -> Path:
@@ -292,10 +311,27 @@ def read_text(path: str | os.PathLike) -> str:
         return path.read_text(encoding="utf-8")
     except UnicodeDecodeError as e:
         raise ValueError(f"{path}: not UTF-8 text (byte {e.object[e.start]:#04x} at offset {e.start})") from None
-    except IsADirectoryError:
-        raise ValueError(f"{path}: is a directory, not a file") from None
     except OSError as e:
-        raise ValueError(f"{path}: cannot read ({e.strerror or e})") from None
+        raise _cannot_read(path, e) from None
+
+
+def _read_bytes(path: Path, gz: bool = False) -> bytes:
+    """A file's bytes (decompressed with ``gz``); an OS error becomes one ``ValueError`` naming the file."""
+    try:
+        if not gz:
+            return path.read_bytes()
+        import gzip
+
+        with gzip.open(path, "rb") as f:
+            return f.read()
+    except (OSError, EOFError) as e:  # EOFError: a cut gzip stream
+        raise _cannot_read(path, e) from None
+
+
+def _cannot_read(path: Path, e: OSError | EOFError) -> ValueError:
+    if isinstance(e, IsADirectoryError):
+        return ValueError(f"{path}: is a directory, not a file")
+    return ValueError(f"{path}: cannot read ({getattr(e, 'strerror', None) or e or type(e).__name__})")
 
 
 def _strict_loader():
