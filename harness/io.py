@@ -298,6 +298,20 @@ def read_jsonl(path: str | os.PathLike) -> list[dict]:
     return [row for _, row in jsonl_lines(path, torn_tail=True)]
 
 
+def read_json_rows(path: str | os.PathLike) -> list:
+    """The rows of a data file: a ``.json`` file holding one list, else JSON lines (``.jsonl``, ``.jsonl.gz``, or a
+    ``.json`` file of lines); every problem is a ``ValueError`` naming the file."""
+    path = Path(path)
+    if path.name.lower().endswith(".json"):
+        text = read_text(path)
+        if text.lstrip().startswith("["):
+            try:
+                return json.loads(text)
+            except json.JSONDecodeError as e:
+                raise ValueError(f"{path}: not valid JSON ({e.msg} at line {e.lineno})") from None
+    return [row for _, row in jsonl_lines(path)]
+
+
 def write_jsonl(path: str | os.PathLike, records: Iterable[dict]) -> Path:
     """Atomically replace a JSONL file with ``records``."""
     text = "".join(json.dumps(_finite(r), default=_json_default) + "\n" for r in records)

@@ -24,6 +24,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from harness.io import read_json_rows
 from harness.registry import Registry
 
 SAMPLES_DIR = Path(__file__).resolve().parent / "samples"
@@ -191,17 +192,10 @@ def read_file_rows(path: str | Path) -> list[dict]:
         except Exception as e:  # noqa: BLE001 - any unreadable file: one line naming it
             raise ValueError(f"--source {path}: not a readable parquet file ({type(e).__name__}: {e})") from None
     if name.endswith((".jsonl", ".json")):
-        text = path.read_text(encoding="utf-8")
-        if name.endswith(".json") and text.lstrip().startswith("["):
-            return json.loads(text)
-        rows = []
-        for ln, line in enumerate(text.splitlines(), 1):
-            if line.strip():
-                try:
-                    rows.append(json.loads(line))
-                except ValueError as e:
-                    raise ValueError(f"--source {path}:{ln}: not valid JSON ({e})") from None
-        return rows
+        try:
+            return read_json_rows(path)
+        except ValueError as e:
+            raise ValueError(f"--source {e}") from None
     raise ValueError(f"--source {path}: unknown file type; give a .parquet, .jsonl or .json file")
 
 

@@ -217,7 +217,7 @@ def test_bad_inputs_are_named(tmp_path, runs_folder):
         build_site([empty], tmp_path / "s2")
     graded = runs_folder / "pocket-0.3m__grpo__s0" / "eval" / "samples" / "pocket_countdown.graded.jsonl"
     graded.write_text(graded.read_text() + "{torn\n")
-    with pytest.raises(ValueError, match=r"pocket_countdown.graded.jsonl:13: not a JSON line"):
+    with pytest.raises(ValueError, match=r"pocket_countdown.graded.jsonl:13: not valid JSON"):
         build_site([runs_folder], tmp_path / "s3")
     assert not (tmp_path / "s3").exists()
 

@@ -52,6 +52,7 @@ from harness.backends.openrlhf.options import (  # noqa: E402,F401  (re-exported
     OpenRLHFOptions,
     parse_options,
 )
+from harness.io import jsonl_lines  # noqa: E402
 
 
 # ------------------------------------------------------------------------------------------- config access
@@ -530,12 +531,9 @@ def datasource_counts(path: str) -> dict | None:
     if not (path.endswith(".jsonl") and os.path.isfile(path)):
         return None
     counts: dict[str, int] = {}
-    with open(path) as f:
-        for line in f:
-            if line.strip():
-                row = json.loads(line)
-                ds = row["datasource"] if "datasource" in row else "default"  # a row's field, not the config's
-                counts[ds] = counts[ds] + 1 if ds in counts else 1
+    for _, row in jsonl_lines(path):
+        ds = row["datasource"] if "datasource" in row else "default"  # a row's field, not the config's
+        counts[ds] = counts[ds] + 1 if ds in counts else 1
     return counts
 
 

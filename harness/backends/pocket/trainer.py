@@ -35,6 +35,7 @@ from harness.io import (
     atomic_save_torch,
     atomic_write_json,
     json_row,
+    jsonl_lines,
     read_jsonl,
     signals_interrupt,
     write_jsonl,
@@ -263,24 +264,15 @@ def deferred_interrupts(flag: dict):
 
 def _readable_rows(path: Path) -> tuple[list[dict], list[int]]:
     """The JSON-object lines of a JSONL file and the numbers of the lines that are not (torn, garbled)."""
-    import json
-
     if not path.exists():
         return [], []
     rows, bad = [], []
-    with open(path, encoding="utf-8", errors="replace") as f:
-        for i, line in enumerate(f, start=1):
-            if not line.strip():
-                continue
-            try:
-                obj = json.loads(line)
-            except json.JSONDecodeError:
-                obj = None
-            if isinstance(obj, dict):
-                rows.append(obj)
-            else:
-                bad.append(i)
-    return rows, bad
+    for ln, obj in jsonl_lines(path, on_bad=lambda ln, why: bad.append(ln)):
+        if isinstance(obj, dict):
+            rows.append(obj)
+        else:
+            bad.append(ln)
+    return rows, sorted(bad)
 
 
 def add_eval(row: dict, doc: dict) -> None:
