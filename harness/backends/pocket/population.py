@@ -25,7 +25,6 @@ population. A member that fails (a non-finite gradient, a loss error) fails alon
 from __future__ import annotations
 
 import time
-import traceback
 
 import torch
 
@@ -81,11 +80,6 @@ def _warm_start_busy(cfg) -> bool:
             return True
         fcntl.flock(f, fcntl.LOCK_UN)
     return False
-
-
-def _failure(e: BaseException) -> BaseException:
-    e.population_traceback = traceback.format_exc()[-4000:]  # what the runner records for a failed run
-    return e
 
 
 class Group:
@@ -183,7 +177,7 @@ class Population:
             yield i
 
     def fail(self, i: int, e: BaseException) -> None:
-        self.failed[i] = _failure(e)
+        self.failed[i] = e  # its traceback goes to its result.json (runner.finish)
         self.trainers[i].log(f"population member failed: {type(e).__name__}: {e}")
 
     def live(self) -> list[int]:
@@ -243,7 +237,7 @@ class Population:
             try:
                 result = t.finish(self.step[i], self.last_eval[i])
             except Exception as e:  # noqa: BLE001 - recorded for that member alone
-                out.append(_failure(e))
+                out.append(e)
                 continue
             result.extra["population"] = {"size": len(self.trainers)}
             out.append(result)
