@@ -42,6 +42,7 @@ from harness.io import (
 )
 from harness.kernel import ops
 from harness.run.config import RunConfig
+from harness.run.lineage import foreign_checkpoint, lineage
 from harness.run.metrics import (
     ENTROPY,
     ENTROPY_AFTER_UPDATE,
@@ -68,14 +69,6 @@ PURPOSES = {"prompts": 1, "rollout": 2, "shuffle": 3, "method": 4, "eval": 5}
 _LOSS_KEYS = ("clipfrac", "ppo_kl", "ppo_kl_abs", "entropy/token_mean")
 
 
-def _lineage(cfg: RunConfig) -> str:
-    """The run's identity except its length: a checkpoint of the same run with fewer steps may be continued; one
-    of another run (other seed, method, model, task, ...) is refused on resume."""
-    from harness.run.config import config_hash, measuring_items
-
-    return config_hash({k: v for k, v in measuring_items(cfg).items() if k != "train.steps"})
-
-
 class CheckpointUnreadable(Exception):
     """A torn or corrupt checkpoint, or a file that is not a pocket checkpoint (moved aside, never trusted)."""
 
@@ -96,12 +89,10 @@ def resume_problem(cfg: RunConfig, blob: dict, path: Path, old_threads: int | No
     """Why this run must not continue from the checkpoint ``blob`` (None when it may): another run's lineage
     (a checkpoint written before lineages were recorded: another run id), a checkpoint past this run's last step,
     or another CPU thread count (threads change float reductions: two trajectories under one run id)."""
-    lineage, owner, step = blob.get("lineage"), blob.get("run_id"), int(blob["step"])
-    if lineage not in (None, _lineage(cfg)) or (lineage is None and owner not in (None, cfg.run_id())):
-        return (
-            f"checkpoint {path} belongs to run {owner}, not to this run ({cfg.run_id()}); move it out of "
-            f"{path.parent.parent} or use another --run-dir"
-        )
+    step = int(blob["step"])
+    foreign = foreign_checkpoint(cfg, blob.get("lineage"), blob.get("run_id"), path, path.parent.parent)
+    if foreign:
+        return foreign
     if step > cfg.train.steps:
         return (
             f"checkpoint {path} is at step {step}, past this run's {cfg.train.steps} steps (train.steps); resuming "
@@ -353,7 +344,7 @@ class PocketTrainer:
             "prev_entropy": self.prev_entropy,
             "timing": self.timing,
             "run_id": self.cfg.run_id(),
-            "lineage": _lineage(self.cfg),
+            "lineage": lineage(self.cfg),
             "warm_start": self.warm_info,
             "method_state": self.method.state_dict(),
             "threads": self.cfg.train.threads,

@@ -15,6 +15,7 @@ from pathlib import Path
 import torch
 
 from harness.io import append_jsonl, read_jsonl, write_jsonl
+from harness.run.lineage import lineage
 from harness.run.records import RunResult, summarize_metrics, task_label
 from harness.run.tracking import CHECKPOINT_KEY, Trackers
 
@@ -206,7 +207,7 @@ class TRLRun:
             {
                 "step": step,
                 "run_id": self.cfg.run_id(),
-                "lineage": checkpoints.lineage(self.cfg),
+                "lineage": lineage(self.cfg),
                 "method_state": self.method.state_dict(),
                 "prev_entropy": trainer.prev_entropy,
                 "timing": dict(trainer.timing),
