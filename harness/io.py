@@ -99,24 +99,34 @@ _DEFERRED_SIGNALS = tuple(
 
 
 @contextmanager
+def signal_handlers(handlers: dict):
+    """Install ``{signal: handler}`` for the block and put the old handlers back after it; yields the old ones.
+    Main thread only (Python allows no other): elsewhere nothing is installed and it yields {}."""
+    if threading.current_thread() is not threading.main_thread():
+        yield {}
+        return
+    old = {s: signal.signal(s, h) for s, h in handlers.items()}
+    try:
+        yield old
+    finally:
+        for s, h in old.items():
+            signal.signal(s, h)
+
+
+@contextmanager
 def signals_deferred():
     """Python-level handlers of SIGINT/SIGTERM/SIGUSR1/SIGUSR2 that arrive inside the block run when it ends, in
     arrival order (default and ignored dispositions are left alone). Main thread only; elsewhere a no-op."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
     arrived: list[tuple[int, Any]] = []
-    old = {}
-    for sig in _DEFERRED_SIGNALS:
-        handler = signal.getsignal(sig)
-        if callable(handler):
-            old[sig] = handler
-            signal.signal(sig, lambda signum, frame: arrived.append((signum, frame)))
+
+    def collect(signum, frame):
+        arrived.append((signum, frame))
+
+    old: dict = {}
     try:
-        yield
+        with signal_handlers({s: collect for s in _DEFERRED_SIGNALS if callable(signal.getsignal(s))}) as old:
+            yield
     finally:
-        for sig, handler in old.items():
-            signal.signal(sig, handler)
         for signum, frame in arrived:
             old[signum](signum, frame)
 
@@ -126,19 +136,31 @@ def signals_interrupt():
     """SIGINT and SIGTERM raise ``KeyboardInterrupt`` at once inside the block (set-up, where there is nothing to
     save yet). A sweep job needs it: submitit's job process ignores SIGTERM ("Bypassing signal"), so the SIGTERM
     that stops a local sweep's cell was swallowed until the trainer's own handler was installed. Main thread only."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
 
     def handler(signum, frame):
         raise KeyboardInterrupt(signal.Signals(signum).name)
 
-    old = {s: signal.signal(s, handler) for s in (signal.SIGINT, signal.SIGTERM)}
-    try:
+    with signal_handlers({signal.SIGINT: handler, signal.SIGTERM: handler}):
         yield
-    finally:
-        for s, h in old.items():
-            signal.signal(s, h)
+
+
+class StopRequested(Exception):
+    """Ctrl-C / SIGTERM arrived (``signals_stop_flag``); the loop stops at the next step boundary after a
+    checkpoint."""
+
+
+@contextmanager
+def signals_stop_flag(flag: dict):
+    """The first SIGINT/SIGTERM inside the block sets ``flag["stop"]`` (its name), which a training loop checks
+    between steps to checkpoint and stop; a second one raises ``KeyboardInterrupt`` at once. Main thread only."""
+
+    def handler(signum, frame):
+        if flag.get("stop"):
+            raise KeyboardInterrupt
+        flag["stop"] = signal.Signals(signum).name
+
+    with signal_handlers({signal.SIGINT: handler, signal.SIGTERM: handler}):
+        yield
 
 
 def _os_error_in(e: BaseException) -> OSError | None:

@@ -28,6 +28,7 @@ import time
 
 import torch
 
+from harness.io import StopRequested, signals_stop_flag
 from harness.kernel import ops
 
 from . import stacked
@@ -38,10 +39,8 @@ from .stacked_optim import StackedOptimizer
 from .trainer import (
     CKPT,
     PocketTrainer,
-    StopRequested,
     add_eval,
     add_loss_metrics,
-    deferred_interrupts,
     entropy_change,
     first_order_delta,
     make_generator,
@@ -197,7 +196,7 @@ class Population:
                     self.trainers[i].trackers.log_eval(doc)
         groups = []
         try:
-            with deferred_interrupts(self.stop):
+            with signals_stop_flag(self.stop):
                 while True:
                     live = [i for i in self.live() if self.step[i] < self.trainers[i].cfg.train.steps]
                     if not live:

@@ -20,10 +20,7 @@ from __future__ import annotations
 import copy
 import math
 import os
-import signal
-import threading
 import time
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -31,6 +28,7 @@ import torch
 
 from harness.evals.result import SuiteResult
 from harness.io import (
+    StopRequested,
     append_jsonl,
     atomic_save_torch,
     atomic_write_json,
@@ -38,6 +36,7 @@ from harness.io import (
     jsonl_lines,
     read_jsonl,
     signals_interrupt,
+    signals_stop_flag,
     write_jsonl,
 )
 from harness.kernel import ops
@@ -227,30 +226,6 @@ def nonfinite_gradient(method: str, gn: float, step: int, sums: dict) -> Floatin
         f"method {method}: non-finite gradient norm ({gn}) at step {step}; largest |log-ratio| on a "
         f"valid token of the mini-batch {sums.get('log_ratio/max_abs', float('nan')):.4g}"
     )
-
-
-class StopRequested(Exception):
-    """Ctrl-C / SIGTERM arrived; the loop stops at the next step boundary after a checkpoint."""
-
-
-@contextmanager
-def deferred_interrupts(flag: dict):
-    """Turn the first SIGINT/SIGTERM into a flag checked between steps (a second SIGINT aborts at once)."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-
-    def handler(signum, frame):
-        if flag.get("stop"):
-            raise KeyboardInterrupt
-        flag["stop"] = signal.Signals(signum).name
-
-    old = {s: signal.signal(s, handler) for s in (signal.SIGINT, signal.SIGTERM)}
-    try:
-        yield
-    finally:
-        for s, h in old.items():
-            signal.signal(s, h)
 
 
 def _readable_rows(path: Path) -> tuple[list[dict], list[int]]:
@@ -774,7 +749,7 @@ class PocketTrainer:
         )
         step = self.start_step
         try:
-            with deferred_interrupts(self.stop):
+            with signals_stop_flag(self.stop):
                 while step < steps:
                     if self.stop:
                         raise StopRequested(self.stop["stop"])

@@ -217,7 +217,7 @@ class TRLRun:
         )
         checkpoints.keep_only(self.run_dir, folder)
         if self.stop:
-            from harness.backends.pocket.trainer import StopRequested
+            from harness.io import StopRequested
 
             raise StopRequested(self.stop["stop"])
 
@@ -232,7 +232,8 @@ class TRLRun:
     # ------------------------------------------------------------------------------------------- main
     def run(self) -> RunResult:
         from harness.backends.pocket import models
-        from harness.backends.pocket.trainer import StopRequested, deferred_interrupts, peak_rss_mb
+        from harness.backends.pocket.trainer import peak_rss_mb
+        from harness.io import StopRequested, signals_stop_flag
 
         cfg = self.cfg
         self.setup()
@@ -243,7 +244,7 @@ class TRLRun:
             self.last_eval = self.evaluate(0)
             self.trackers.log_eval(self.last_eval)
         try:
-            with deferred_interrupts(self.stop):
+            with signals_stop_flag(self.stop):
                 if start < cfg.train.steps:
                     self.trainer.train(resume_from_checkpoint=str(self.resume_from) if self.resume_from else None)
         except StopRequested as e:
