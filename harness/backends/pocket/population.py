@@ -30,6 +30,7 @@ import torch
 
 from harness.io import StopRequested, signals_stop_flag
 from harness.kernel import ops
+from harness.run.metrics import add_eval
 
 from . import stacked
 from .generate import Batch, _record, concat_batches, draw, sampling_logits
@@ -39,7 +40,6 @@ from .stacked_optim import StackedOptimizer
 from .trainer import (
     CKPT,
     PocketTrainer,
-    add_eval,
     add_loss_metrics,
     entropy_change,
     first_order_delta,

@@ -26,7 +26,6 @@ from pathlib import Path
 
 import torch
 
-from harness.evals.result import SuiteResult
 from harness.io import (
     StopRequested,
     append_jsonl,
@@ -52,9 +51,9 @@ from harness.run.metrics import (
     REWARD_MEAN,
     STEP,
     UPDATE_SKIPPED,
-    eval_key,
+    add_eval,
 )
-from harness.run.records import RunResult, summarize_metrics, task_label
+from harness.run.records import RunResult, peak_rss_mb, task_eval_doc, trained_record, write_step_eval
 from harness.run.tracking import CHECKPOINT_KEY, Trackers
 
 from . import models
@@ -164,15 +163,6 @@ def entropy_change(ent_after: torch.Tensor, mask: torch.Tensor, before: torch.Te
     return {ENTROPY_AFTER_UPDATE: float(after.mean()), ENTROPY_UPDATE_DELTA: float((after - before).mean())}
 
 
-def peak_rss_mb() -> float:
-    """This process's peak resident memory so far (MB; ru_maxrss is KB on Linux, bytes on macOS)."""
-    import resource
-    import sys
-
-    kb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / (1024 if sys.platform == "darwin" else 1)
-    return round(kb / 1024, 1)
-
-
 def make_generator(seed: int, step: int, purpose: str, device="cpu") -> torch.Generator:
     g = torch.Generator(device=device)
     g.manual_seed((seed * 1_000_003 + step * 7919 + PURPOSES[purpose] * 104_729) % (2**63))
@@ -239,13 +229,6 @@ def _readable_rows(path: Path) -> tuple[list[dict], list[int]]:
         else:
             bad.append(ln)
     return rows, sorted(bad)
-
-
-def add_eval(row: dict, doc: dict) -> None:
-    """An eval document's metrics into a metrics row as ``eval/<suite>/<metric>``."""
-    for suite, res in doc["suites"].items():
-        for mk, mv in res["metrics"].items():
-            row[eval_key(suite, mk)] = mv
 
 
 class PocketTrainer:
@@ -697,19 +680,8 @@ class PocketTrainer:
         if ec.greedy:
             bg = yield GenerateRequest(problems, 1, 1.0, None, {"greedy": True, "max_new_tokens": max_new})
             metrics["greedy"] = float(self._score(bg, problems, 1).mean())
-        suite = task_label(cfg.task.name)
-        result = SuiteResult(
-            suite=suite,
-            n_problems=len(problems),
-            n_samples=k,
-            temperature=ec.temperature,
-            top_p=ec.top_p,
-            max_tokens=max_new,
-            metrics=metrics,
-            primary=f"avg@{k}",
-        ).to_dict()
-        doc = {"step": step, "suites": {suite: result}}
-        atomic_write_json(self.run_dir / "eval" / f"step_{step}.json", doc)
+        doc = task_eval_doc(cfg, step, len(problems), metrics)
+        write_step_eval(self.run_dir, doc)
         # per-problem grades (rows: problems in test-split order, columns: samples) for paired tests across steps
         atomic_write_json(
             self.run_dir / "eval" / f"step_{step}.per_problem.json", {"step": step, "correct": sc.tolist()}
@@ -820,20 +792,8 @@ class PocketTrainer:
 
             write_task_spec(export_hf(self.model, self.tok, self.run_dir / "model"), cfg, step)
             self.log(f"model exported to {self.run_dir / 'model'} (harness eval --model {self.run_dir / 'model'})")
-        result = RunResult(
-            method=cfg.method_name,
-            advantage=self.method.advantage,
-            method_config=self.method.to_config(),
-            model=cfg.model.name,
-            model_params=models.n_params(self.model),
-            task=task_label(cfg.task.name),
-            seed=cfg.seed,
-            steps=step,
-            summary=summarize_metrics(rows),
-            eval=last_eval,
-            timing={**{k: round(v, 3) for k, v in self.timing.items()}, "peak_rss_mb": peak_rss_mb()},
-            extra={"warm_start": self.warm_info},
-        )
+        n_params, extra = models.n_params(self.model), {"warm_start": self.warm_info}
+        result = trained_record(cfg, self.method, n_params, step, rows, last_eval, self.timing, extra)
         self.trackers.finish(cfg, result, step)  # the final summary and eval results
         return result
 

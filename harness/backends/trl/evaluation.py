@@ -7,9 +7,7 @@ from pathlib import Path
 
 import torch
 
-from harness.evals.result import SuiteResult
-from harness.io import atomic_write_json
-from harness.run.records import task_label
+from harness.run.records import task_eval_doc, write_step_eval
 
 
 def _sample(model, tok, problems, n, temperature, generator, *, max_new_tokens, top_p=1.0, greedy=False):
@@ -53,17 +51,6 @@ def evaluate(cfg, model, tok, task, step: int, run_dir: Path, device) -> dict:
     if ec.greedy:
         bg = _sample(model, tok, problems, 1, 1.0, None, greedy=True, max_new_tokens=max_new)
         metrics["greedy"] = float(_scores(bg, tok, task, problems, 1).mean())
-    suite = task_label(cfg.task.name)
-    result = SuiteResult(
-        suite=suite,
-        n_problems=len(problems),
-        n_samples=k,
-        temperature=ec.temperature,
-        top_p=ec.top_p,
-        max_tokens=max_new,
-        metrics=metrics,
-        primary=f"avg@{k}",
-    ).to_dict()
-    doc = {"step": step, "suites": {suite: result}}
-    atomic_write_json(Path(run_dir) / "eval" / f"step_{step}.json", doc)
+    doc = task_eval_doc(cfg, step, len(problems), metrics)
+    write_step_eval(run_dir, doc)
     return doc
