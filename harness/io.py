@@ -54,11 +54,7 @@ def check_output_file(path: str | os.PathLike, flag: str = "") -> Path:
     path, head = Path(path), f"{flag} {path}" if flag else str(path)
     if path.is_dir():
         raise ValueError(f"{head}: is a directory; give a file path")
-    base = _existing_ancestor(path.parent)
-    if not base.is_dir():
-        raise ValueError(f"{head}: {base} is a file, not a folder")
-    if not os.access(base, os.W_OK | os.X_OK):
-        raise ValueError(f"{head}: no permission to write in {base}")
+    _check_writable_folder(head, _existing_ancestor(path.parent))
     return path
 
 
@@ -67,12 +63,16 @@ def check_output_dir(path: str | os.PathLike, flag: str = "") -> Path:
     path, head = Path(path), f"{flag} {path}" if flag else str(path)
     if path.exists() and not path.is_dir():
         raise ValueError(f"{head}: is a file; give a folder")
-    base = _existing_ancestor(path)
+    _check_writable_folder(head, _existing_ancestor(path))
+    return path
+
+
+def _check_writable_folder(head: str, base: Path) -> None:
+    """``base`` (the nearest existing folder of an output path) can hold new files; the error names ``head``."""
     if not base.is_dir():
         raise ValueError(f"{head}: {base} is a file, not a folder")
     if not os.access(base, os.W_OK | os.X_OK):
         raise ValueError(f"{head}: no permission to write in {base}")
-    return path
 
 
 def current_umask() -> int:

@@ -126,7 +126,7 @@ def check_training_file(
 ) -> CheckSummary:
     """Check a JSONL training file (see the module docstring); raise ``TrainingDataError`` (a ``ValueError``) with
     one line, or return what was checked."""
-    from .sources import sha256_file
+    from harness.provenance import file_sha256
 
     path = Path(path)
     if not path.is_file():
@@ -135,4 +135,4 @@ def check_training_file(
         raise TrainingDataError(f"{path}: the check reads JSONL files of {{{input_key}, {label_key}}} rows")
     rows = read_training_rows(path, input_key, label_key)
     checked = check_rows(rows, str(path), sample=sample, seed=seed, workers=workers)
-    return CheckSummary(str(path), len(rows), sha256_file(path), checked, seed, input_key, label_key)
+    return CheckSummary(str(path), len(rows), file_sha256(path), checked, seed, input_key, label_key)

@@ -18,9 +18,11 @@ from collections.abc import Callable
 from datetime import datetime, timezone
 from pathlib import Path
 
+from harness.provenance import file_sha256
+
 from .check import DEFAULT_SAMPLE, DEFAULT_SEED, check_rows
 from .gold import gold_problems, normalise_gold
-from .sources import Source, get_source, hub_rows, read_file_rows, sha256_file, sha256_rows
+from .sources import Source, get_source, hub_rows, read_file_rows, sha256_rows
 from .templates import format_problem, render, resolve_template
 
 MANIFEST_SCHEMA = 1
@@ -55,7 +57,7 @@ def _read(src: Source, source: str, revision: str | None) -> tuple[list[dict], d
         if revision
         else ("the project's shipped sample in the hub schema, not hub data" if kind == "sample" else "not given")
     )
-    return rows, {"source": where, "input": {"sha256": sha256_file(path), "hashed": "file bytes"}}
+    return rows, {"source": where, "input": {"sha256": file_sha256(path), "hashed": "file bytes"}}
 
 
 def prepare(
@@ -138,7 +140,7 @@ def prepare(
 
     text = "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in out_rows)
     out_sha = hashlib.sha256(text.encode("utf-8")).hexdigest()
-    same_rows = jsonl_path.exists() and sha256_file(jsonl_path) == out_sha
+    same_rows = jsonl_path.exists() and file_sha256(jsonl_path) == out_sha
     if jsonl_path.exists() and not same_rows and not force:
         raise ValueError(f"--out {out_dir}: {jsonl_path.name} exists with other content; pass --force to replace it")
 

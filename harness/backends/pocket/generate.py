@@ -435,3 +435,27 @@ def _scatter(valid: torch.Tensor, values: torch.Tensor, width: int) -> torch.Ten
     out = values.new_zeros((valid.shape[0], width))
     full = torch.nn.functional.pad(valid, (0, width - valid.shape[1]))
     return out.masked_scatter(full, values)
+
+
+def sample_problems(model, tok, problems, n, temperature, generator, *, max_new_tokens, **options) -> Batch:
+    """``n`` responses to each of ``problems`` (``{prompt, ...}``, ``n`` rows a problem, in order) with the
+    tokenizer's stop ids; ``options``: ``generate``'s (top_p, greedy, with_logprobs, stop_strings)."""
+    prompts = [tok.encode_prompt(p["prompt"]) for p in problems for _ in range(n)]
+    return generate(
+        model,
+        prompts,
+        max_new_tokens=max_new_tokens,
+        eos_id=getattr(tok, "stop_ids", tok.eos_id),
+        pad_id=tok.pad_id,
+        temperature=temperature,
+        generator=generator,
+        chunk_size=512,
+        **options,
+    )
+
+
+def score_responses(batch: Batch, tok, task, problems, n) -> torch.Tensor:
+    """The task's reward of each response of ``batch`` (``n`` rows a problem, as ``sample_problems`` lays out)."""
+    rows, masks = batch.responses.tolist(), batch.mask.bool().tolist()  # plain lists: no per-row tensor ops
+    texts = [tok.decode([t for t, keep in zip(r, m) if keep]) for r, m in zip(rows, masks)]
+    return torch.tensor([task.verify(t, problems[i // n]) for i, t in enumerate(texts)], dtype=torch.float32)

@@ -57,7 +57,7 @@ from harness.run.records import RunResult, peak_rss_mb, task_eval_doc, trained_r
 from harness.run.tracking import CHECKPOINT_KEY, Trackers
 
 from . import models
-from .generate import Batch, concat_batches, generate, response_logits, token_logprobs
+from .generate import Batch, concat_batches, response_logits, sample_problems, score_responses, token_logprobs
 from .tasks import make_task
 from .tokenizer import TokenizerAdapter, build_char_tokenizer
 
@@ -402,26 +402,22 @@ class PocketTrainer:
     def _generate(
         self, problems, n, temperature, generator, greedy=False, top_p=1.0, max_new_tokens=None, with_logprobs=False
     ):
-        prompts = [self.tok.encode_prompt(p["prompt"]) for p in problems for _ in range(n)]
-        return generate(
+        return sample_problems(
             self.model,
-            prompts,
+            self.tok,
+            problems,
+            n,
+            temperature,
+            generator,
             max_new_tokens=max_new_tokens or self.cfg.train.max_new_tokens,
-            eos_id=getattr(self.tok, "stop_ids", self.tok.eos_id),
-            pad_id=self.tok.pad_id,
-            temperature=temperature,
             top_p=top_p,
             greedy=greedy,
-            generator=generator,
-            chunk_size=512,
             with_logprobs=with_logprobs,
             stop_strings=getattr(self.tok, "stop_strings", None),  # multi-token task.stop strings
         )
 
     def _score(self, batch: Batch, problems, n) -> torch.Tensor:
-        rows, masks = batch.responses.tolist(), batch.mask.bool().tolist()  # plain lists: no per-row tensor ops
-        texts = [self.tok.decode([t for t, keep in zip(r, m) if keep]) for r, m in zip(rows, masks)]
-        return torch.tensor([self.task.verify(t, problems[i // n]) for i, t in enumerate(texts)], dtype=torch.float32)
+        return score_responses(batch, self.tok, self.task, problems, n)
 
     def _answer(self, request: GenerateRequest):
         return self._generate(request.problems, request.n, request.temperature, request.generator, **request.options)
