@@ -14,7 +14,6 @@ hub datasets; for tests and demos, not for numbers).
 from __future__ import annotations
 
 import base64
-import gzip
 import io
 import json
 import pickle
@@ -23,6 +22,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from harness.io import read_json_rows
 from harness.registry import Registry
 
 from .math_grader import extract_last_boxed, gold_answer
@@ -191,19 +191,7 @@ def read_rows(path: Path) -> list[dict]:
         import pandas as pd
 
         return pd.read_parquet(path).to_dict("records")
-    opener = gzip.open if name.endswith(".gz") else open
-    with opener(path, "rt", encoding="utf-8") as f:
-        text = f.read()
-    if name.endswith(".json") and text.lstrip().startswith("["):
-        return json.loads(text)
-    rows = []
-    for ln, line in enumerate(text.splitlines(), 1):
-        if line.strip():
-            try:
-                rows.append(json.loads(line))
-            except ValueError as e:
-                raise ValueError(f"{path}:{ln}: not valid JSON ({e})") from None
-    return rows
+    return read_json_rows(path)
 
 
 # ------------------------------------------------------------------------------------------------------

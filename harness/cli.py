@@ -1,23 +1,21 @@
-"""The ``harness`` command line. Each sub-command lives in its own module with ``register(subparsers)``."""
+"""The ``harness`` command line: one sub-command per module of ``harness.commands`` (its docstring: the shape of a
+command module), found with pkgutil and listed in the order of their ``ORDER``."""
 
 from __future__ import annotations
 
 import argparse
 import importlib
+import pkgutil
 import sys
 
-# module -> registers one or more sub-commands (train, sweep, status, eval, grade, table, plot, fit, theory, ...)
-COMMAND_MODULES = [
-    "harness.commands.methods",
-    "harness.commands.train",
-    "harness.commands.export",
-    "harness.commands.data",
-    "harness.commands.sweep",
-    "harness.commands.eval",
-    "harness.commands.results",
-    "harness.commands.theory",
-    "harness.commands.site",
-]
+import harness.commands
+
+
+def command_modules() -> list:
+    """Every command module of ``harness.commands`` (not the ``_``-named helpers), in ``ORDER``."""
+    names = [m.name for m in pkgutil.iter_modules(harness.commands.__path__) if not m.name.startswith("_")]
+    modules = [importlib.import_module(f"harness.commands.{name}") for name in names]
+    return sorted(modules, key=lambda m: m.ORDER)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -28,8 +26,8 @@ def build_parser() -> argparse.ArgumentParser:
         epilog="`harness COMMAND --help` for one command; README.md for the whole picture.",
     )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    for name in COMMAND_MODULES:
-        importlib.import_module(name).register(sub)
+    for module in command_modules():
+        module.register(sub)
     return parser
 
 

@@ -54,11 +54,7 @@ def check_output_file(path: str | os.PathLike, flag: str = "") -> Path:
     path, head = Path(path), f"{flag} {path}" if flag else str(path)
     if path.is_dir():
         raise ValueError(f"{head}: is a directory; give a file path")
-    base = _existing_ancestor(path.parent)
-    if not base.is_dir():
-        raise ValueError(f"{head}: {base} is a file, not a folder")
-    if not os.access(base, os.W_OK | os.X_OK):
-        raise ValueError(f"{head}: no permission to write in {base}")
+    _check_writable_folder(head, _existing_ancestor(path.parent))
     return path
 
 
@@ -67,12 +63,16 @@ def check_output_dir(path: str | os.PathLike, flag: str = "") -> Path:
     path, head = Path(path), f"{flag} {path}" if flag else str(path)
     if path.exists() and not path.is_dir():
         raise ValueError(f"{head}: is a file; give a folder")
-    base = _existing_ancestor(path)
+    _check_writable_folder(head, _existing_ancestor(path))
+    return path
+
+
+def _check_writable_folder(head: str, base: Path) -> None:
+    """``base`` (the nearest existing folder of an output path) can hold new files; the error names ``head``."""
     if not base.is_dir():
         raise ValueError(f"{head}: {base} is a file, not a folder")
     if not os.access(base, os.W_OK | os.X_OK):
         raise ValueError(f"{head}: no permission to write in {base}")
-    return path
 
 
 def current_umask() -> int:
@@ -99,24 +99,34 @@ _DEFERRED_SIGNALS = tuple(
 
 
 @contextmanager
+def signal_handlers(handlers: dict):
+    """Install ``{signal: handler}`` for the block and put the old handlers back after it; yields the old ones.
+    Main thread only (Python allows no other): elsewhere nothing is installed and it yields {}."""
+    if threading.current_thread() is not threading.main_thread():
+        yield {}
+        return
+    old = {s: signal.signal(s, h) for s, h in handlers.items()}
+    try:
+        yield old
+    finally:
+        for s, h in old.items():
+            signal.signal(s, h)
+
+
+@contextmanager
 def signals_deferred():
     """Python-level handlers of SIGINT/SIGTERM/SIGUSR1/SIGUSR2 that arrive inside the block run when it ends, in
     arrival order (default and ignored dispositions are left alone). Main thread only; elsewhere a no-op."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
     arrived: list[tuple[int, Any]] = []
-    old = {}
-    for sig in _DEFERRED_SIGNALS:
-        handler = signal.getsignal(sig)
-        if callable(handler):
-            old[sig] = handler
-            signal.signal(sig, lambda signum, frame: arrived.append((signum, frame)))
+
+    def collect(signum, frame):
+        arrived.append((signum, frame))
+
+    old: dict = {}
     try:
-        yield
+        with signal_handlers({s: collect for s in _DEFERRED_SIGNALS if callable(signal.getsignal(s))}) as old:
+            yield
     finally:
-        for sig, handler in old.items():
-            signal.signal(sig, handler)
         for signum, frame in arrived:
             old[signum](signum, frame)
 
@@ -126,19 +136,31 @@ def signals_interrupt():
     """SIGINT and SIGTERM raise ``KeyboardInterrupt`` at once inside the block (set-up, where there is nothing to
     save yet). A sweep job needs it: submitit's job process ignores SIGTERM ("Bypassing signal"), so the SIGTERM
     that stops a local sweep's cell was swallowed until the trainer's own handler was installed. Main thread only."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
 
     def handler(signum, frame):
         raise KeyboardInterrupt(signal.Signals(signum).name)
 
-    old = {s: signal.signal(s, handler) for s in (signal.SIGINT, signal.SIGTERM)}
-    try:
+    with signal_handlers({signal.SIGINT: handler, signal.SIGTERM: handler}):
         yield
-    finally:
-        for s, h in old.items():
-            signal.signal(s, h)
+
+
+class StopRequested(Exception):
+    """Ctrl-C / SIGTERM arrived (``signals_stop_flag``); the loop stops at the next step boundary after a
+    checkpoint."""
+
+
+@contextmanager
+def signals_stop_flag(flag: dict):
+    """The first SIGINT/SIGTERM inside the block sets ``flag["stop"]`` (its name), which a training loop checks
+    between steps to checkpoint and stop; a second one raises ``KeyboardInterrupt`` at once. Main thread only."""
+
+    def handler(signum, frame):
+        if flag.get("stop"):
+            raise KeyboardInterrupt
+        flag["stop"] = signal.Signals(signum).name
+
+    with signal_handlers({signal.SIGINT: handler, signal.SIGTERM: handler}):
+        yield
 
 
 def _os_error_in(e: BaseException) -> OSError | None:
@@ -260,23 +282,56 @@ def repair_jsonl(path: str | os.PathLike) -> int:
     return size - keep
 
 
+def jsonl_lines(
+    path: str | os.PathLike, on_bad: Callable[[int, str], None] | None = None, *, torn_tail: bool = False
+) -> list[tuple[int, Any]]:
+    """``(line number, value)`` of each non-blank line of a JSONL file (gzip-compressed when it ends in ``.gz``),
+    each line decoded as UTF-8 on its own: the one JSONL reader. A line that is not UTF-8 or not JSON goes to
+    ``on_bad(line number, why)`` and is left out; without ``on_bad`` it is a ``ValueError`` ``PATH:LINE: why``.
+    ``torn_tail``: a bad last line (a writer killed mid-append) is left out silently. A file that cannot be read is
+    a ``ValueError`` naming it."""
+    path = Path(path)
+    lines = _read_bytes(path, gz=path.name.endswith(".gz")).splitlines()
+    out = []
+    for ln, data in enumerate(lines, 1):
+        if not data.strip():
+            continue
+        try:
+            out.append((ln, json.loads(data.decode("utf-8"))))
+            continue
+        except UnicodeDecodeError as e:
+            why = f"not UTF-8 text (byte {e.object[e.start]:#04x} at column {e.start + 1})"
+        except json.JSONDecodeError as e:
+            why = f"not valid JSON ({e.msg} at column {e.colno})"
+        if torn_tail and ln == len(lines):
+            break
+        if on_bad is None:
+            raise ValueError(f"{path}:{ln}: {why}")
+        on_bad(ln, why)
+    return out
+
+
 def read_jsonl(path: str | os.PathLike) -> list[dict]:
-    """Read a JSONL file; a torn last line (killed mid-write) is skipped, any other bad line is an error."""
+    """The rows of a JSONL file that a writer may still append to ([] when it does not exist): a torn last line
+    (killed mid-write) is skipped, any other bad line is an error naming the file and line."""
     path = Path(path)
     if not path.exists():
         return []
-    lines = read_text(path).splitlines()
-    out = []
-    for i, line in enumerate(lines):
-        if not line.strip():
-            continue
-        try:
-            out.append(json.loads(line))
-        except json.JSONDecodeError:
-            if i == len(lines) - 1:
-                break
-            raise ValueError(f"{path}: line {i + 1} is not valid JSON") from None
-    return out
+    return [row for _, row in jsonl_lines(path, torn_tail=True)]
+
+
+def read_json_rows(path: str | os.PathLike) -> list:
+    """The rows of a data file: a ``.json`` file holding one list, else JSON lines (``.jsonl``, ``.jsonl.gz``, or a
+    ``.json`` file of lines); every problem is a ``ValueError`` naming the file."""
+    path = Path(path)
+    if path.name.lower().endswith(".json"):
+        text = read_text(path)
+        if text.lstrip().startswith("["):
+            try:
+                return json.loads(text)
+            except json.JSONDecodeError as e:
+                raise ValueError(f"{path}: not valid JSON ({e.msg} at line {e.lineno})") from None
+    return [row for _, row in jsonl_lines(path)]
 
 
 def write_jsonl(path: str | os.PathLike, records: Iterable[dict]) -> Path:
@@ -292,10 +347,27 @@ def read_text(path: str | os.PathLike) -> str:
         return path.read_text(encoding="utf-8")
     except UnicodeDecodeError as e:
         raise ValueError(f"{path}: not UTF-8 text (byte {e.object[e.start]:#04x} at offset {e.start})") from None
-    except IsADirectoryError:
-        raise ValueError(f"{path}: is a directory, not a file") from None
     except OSError as e:
-        raise ValueError(f"{path}: cannot read ({e.strerror or e})") from None
+        raise _cannot_read(path, e) from None
+
+
+def _read_bytes(path: Path, gz: bool = False) -> bytes:
+    """A file's bytes (decompressed with ``gz``); an OS error becomes one ``ValueError`` naming the file."""
+    try:
+        if not gz:
+            return path.read_bytes()
+        import gzip
+
+        with gzip.open(path, "rb") as f:
+            return f.read()
+    except (OSError, EOFError) as e:  # EOFError: a cut gzip stream
+        raise _cannot_read(path, e) from None
+
+
+def _cannot_read(path: Path, e: OSError | EOFError) -> ValueError:
+    if isinstance(e, IsADirectoryError):
+        return ValueError(f"{path}: is a directory, not a file")
+    return ValueError(f"{path}: cannot read ({getattr(e, 'strerror', None) or e or type(e).__name__})")
 
 
 def _strict_loader():

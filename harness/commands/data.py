@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 
+ORDER = 40
+
 
 def register(sub) -> None:
     p = sub.add_parser(

@@ -1,20 +1,17 @@
-"""``harness eval`` (generate + grade + metrics on suites) and ``harness grade`` (re-grade saved generations)."""
+"""``harness eval --model M --suites S``: generate, grade and score a model on benchmark suites (or lm-eval tasks)."""
 
 from __future__ import annotations
 
 import json
 import math
 import os
-import sys
 from pathlib import Path
 
-MATH_FIELDS = ("id", "response", "answer")
+from harness.commands._common import make_sandbox, positive
+
+ORDER = 70
+
 VLLM_FLAGS = ("tensor_parallel_size", "data_parallel_size", "gpu_memory_utilization", "max_model_len")
-TEST_FIELDS = ("test", "test_list", "tests", "input_output")
-CODE_HINT = (
-    "HumanEval-shaped code lines need id, prompt, response, test, entry_point (MBPP: test_list; "
-    "LiveCodeBench: tests; KodCode: format=kodcode + test)"
-)
 
 
 def register(sub) -> None:
@@ -65,29 +62,7 @@ def register(sub) -> None:
     )
     p.add_argument("--include-path", help="extra lm-eval task directory (with --lm-eval-tasks)")
     p.add_argument("--lm-eval-metadata", help='JSON passed to lm-eval tasks, e.g. \'{"data_dir": "data/"}\'')
-    p.set_defaults(func=cmd_eval)
-
-    g = sub.add_parser(
-        "grade",
-        help="re-grade saved generations (math or code JSONL)",
-        description="Re-grade a JSONL file. Math line: {id, response, answer}. "
-        + CODE_HINT
-        + ". Writes each line plus correct (and status/detail for code).",
-    )
-    g.add_argument("--input", required=True)
-    g.add_argument("--output", required=True)
-    g.add_argument("--kind", choices=["auto", "math", "code"], default="auto")
-    g.add_argument("--workers", type=int)
-    g.add_argument(
-        "--boxes",
-        choices=["last", "joined"],
-        default="last",
-        help="math responses: the last \\boxed{} decides (official, default) or every box of the final answer joined "
-        "(math-verify's rule; docs/grading.md)",
-    )
-    g.add_argument("--timeout", type=float, default=10.0, help="math: seconds per item; code: wall seconds")
-    g.add_argument("--sandbox-python")
-    g.set_defaults(func=cmd_grade)
+    p.set_defaults(func=run)
 
 
 def _print_suites() -> int:
@@ -103,15 +78,6 @@ def _print_suites() -> int:
     return 0
 
 
-def _positive(args, names: tuple[str, ...], minimum: int | float = 1) -> None:
-    """Refuse meaningless counts/limits up front: ``--flag`` values below ``minimum``."""
-    for name in names:
-        v = getattr(args, name, None)
-        if v is not None and v < minimum:
-            flag = "--" + name.replace("_", "-")
-            raise ValueError(f"{flag} {v}: must be >= {minimum}")
-
-
 def check_eval_args(args) -> None:
     """Every value that would make an eval meaningless is refused before any model is loaded."""
     if args.suites and args.lm_eval_tasks:
@@ -119,7 +85,7 @@ def check_eval_args(args) -> None:
             "--suites and --lm-eval-tasks are two separate evaluations; give one of them (our suites "
             "are available to lm-eval as harness_<suite>)"
         )
-    _positive(
+    positive(
         args,
         (
             "n",
@@ -176,7 +142,7 @@ def _check_context_length(args, suite) -> None:
         )
 
 
-def cmd_eval(args) -> int:
+def run(args) -> int:
     if args.list_suites:
         return _print_suites()
     check_eval_args(args)
@@ -199,7 +165,7 @@ def cmd_eval(args) -> int:
         _check_context_length(args, s)
     sandbox = None
     if any(s.kind == "code" for s in suites):
-        sandbox = _make_sandbox(args.sandbox_python, args.workers, None)
+        sandbox = make_sandbox(args.sandbox_python, args.workers, None)
     try:
         engine = make_engine(args.engine, args.model, **engine_kwargs(args))
     except BaseException:
@@ -323,91 +289,4 @@ def _cmd_lm_eval(args) -> int:
         shown = "  ".join(f"{k}={v:.4f}" for k, v in metrics.items() if isinstance(v, float))
         print(f"{task:24s} {shown}")
     print(f"results: {out / 'lm_eval_results.json'} (samples: {out}/lm_eval_samples_<task>.jsonl)")
-    return 0
-
-
-def _make_sandbox(python, workers, wall):
-    from harness.evals.sandbox import Limits, Sandbox
-
-    lim = Limits(wall_s=wall, cpu_s=int(wall)) if wall else None
-    sb = Sandbox(python=python, workers=workers, limits=lim)
-    print(sb.describe(), file=sys.stderr)
-    return sb
-
-
-def _kind_of(row: dict) -> str:
-    if any(k in row for k in ("test", "test_list", "tests", "entry_point", "input_output")):
-        return "code"
-    return "math"
-
-
-def cmd_grade(args) -> int:
-    from harness.evals.evaluate import grade_items
-    from harness.io import check_output_file, write_jsonl
-
-    src, dst = Path(args.input), Path(args.output)
-    if not src.exists():
-        raise FileNotFoundError(f"input file {src} does not exist")
-    if dst.resolve() == src.resolve():
-        raise ValueError("--output must differ from --input (the input is never overwritten)")
-    check_output_file(dst, "--output")
-    if not args.timeout > 0:  # a zero budget makes verdicts depend on machine load (differ between reruns)
-        raise ValueError(f"--timeout {args.timeout}: must be > 0 seconds")
-    _positive(args, ("workers",))
-    rows, kinds = [], []
-    for ln, line in enumerate(src.read_text().splitlines(), 1):
-        if not line.strip():
-            continue
-        try:
-            row = json.loads(line)
-        except ValueError as e:
-            raise ValueError(f"{src}:{ln}: not valid JSON ({e})") from None
-        if not isinstance(row, dict):
-            raise ValueError(f"{src}:{ln}: expected a JSON object")
-        kind = args.kind if args.kind != "auto" else _kind_of(row)
-        need = MATH_FIELDS if kind == "math" else ("id", "response")
-        missing = [f for f in need if f not in row]
-        if missing:
-            what = "math lines need id, response, answer" if kind == "math" else CODE_HINT
-            raise ValueError(f"{src}:{ln}: missing field(s) {', '.join(missing)} ({what})")
-        if kind == "code" and not any(row.get(k) for k in TEST_FIELDS):
-            raise ValueError(
-                f"{src}:{ln}: a code line with no tests (one of {', '.join(TEST_FIELDS)} must be "
-                f"non-empty); without tests no verdict means anything"
-            )
-        rows.append(row)
-        kinds.append(kind)
-    verdicts: list[dict | None] = [None] * len(rows)
-    for kind in ("math", "code"):
-        idx = [i for i, k in enumerate(kinds) if k == kind]
-        if not idx:
-            continue
-        sandbox = _make_sandbox(args.sandbox_python, args.workers, args.timeout) if kind == "code" else None
-        try:
-            res = grade_items(
-                kind,
-                [rows[i] for i in idx],
-                workers=args.workers,
-                sandbox=sandbox,
-                math_timeout_s=args.timeout,
-                progress=True,
-                boxes=args.boxes,
-            )
-        finally:
-            if sandbox is not None:
-                sandbox.close()
-        for i, v in zip(idx, res):
-            verdicts[i] = v
-    out_rows = []
-    for row, kind, v in zip(rows, kinds, verdicts):
-        extra = {"correct": v["correct"]}
-        if kind == "code":
-            extra.update(status=v["status"], detail=v["detail"])
-        else:
-            extra.update(pred=v.get("pred"), reason=v.get("reason"))
-        out_rows.append({**row, **extra})
-    dst.parent.mkdir(parents=True, exist_ok=True)
-    write_jsonl(dst, out_rows)
-    n_ok = sum(r["correct"] for r in out_rows)
-    print(f"graded {len(out_rows)} lines: {n_ok} correct ({n_ok / max(1, len(out_rows)):.1%}) -> {dst}")
     return 0

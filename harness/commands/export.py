@@ -12,6 +12,8 @@ import os
 import sys
 from pathlib import Path
 
+ORDER = 30
+
 
 def export_run(run_dir: str | os.PathLike, out: str | os.PathLike | None) -> Path:
     """Export the run at ``run_dir`` through its backend (a failed run is refused)."""
@@ -41,7 +43,7 @@ def _status(path: Path) -> str | None:
     return data.get("status")
 
 
-def handle(args) -> int:
+def run(args) -> int:
     out = export_run(args.run_dir, args.out)
     spec = json.loads((out / "harness_task.json").read_text())
     print(f"exported step {spec['step']} of run {spec['run_id']} -> {out}")
@@ -58,4 +60,4 @@ def register(sub) -> None:
     )
     p.add_argument("run_dir", help="run directory (holds config.yaml and checkpoints/)")
     p.add_argument("--out", required=True, help="new folder for the model directory")
-    p.set_defaults(func=handle)
+    p.set_defaults(func=run)

@@ -7,6 +7,8 @@ import inspect
 
 import harness  # the method registries load on first use (harness.METHODS): --help stays torch-free
 
+ORDER = 10
+
 
 def register(sub) -> None:
     p = sub.add_parser("methods", help="list methods and their hyperparameters")

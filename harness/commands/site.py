@@ -5,6 +5,8 @@ from __future__ import annotations
 import shlex
 import sys
 
+ORDER = 150
+
 
 def register(sub) -> None:
     p = sub.add_parser(
@@ -31,10 +33,10 @@ def register(sub) -> None:
         default=None,
         help="graded rows kept per run and suite (default 2000; the page says when rows were left out)",
     )
-    p.set_defaults(func=cmd_site)
+    p.set_defaults(func=run)
 
 
-def cmd_site(args) -> int:
+def run(args) -> int:
     from harness.site import build_site, serve
 
     if args.max_samples is not None and args.max_samples < 1:

@@ -1,9 +1,5 @@
-"""``harness sweep`` and ``harness status``.
-
-harness sweep SPEC [--executor local|slurm|debug] [--runs-dir DIR] [--dry-run] [--wait]
-                   [--only failed|pending|unknown|ALIAS|ID ...] [--results-dir DIR]
-harness status SWEEP_OR_RUNS_DIR [--runs-dir DIR]
-"""
+"""``harness sweep SPEC [--executor local|slurm|debug] [--runs-dir DIR] [--dry-run] [--wait]
+[--only failed|pending|unknown|ALIAS|ID ...] [--results-dir DIR]``: expand a sweep spec and submit its cells."""
 
 from __future__ import annotations
 
@@ -16,6 +12,7 @@ from pathlib import Path
 
 import yaml
 
+from harness.commands._common import print_resubmit_hint
 from harness.io import atomic_write_text
 from harness.sweeps import cells as C
 from harness.sweeps.expand import Cell, expand
@@ -27,8 +24,9 @@ from harness.sweeps.resources import (
     group_by_resources,
 )
 from harness.sweeps.spec import SweepSpec, load_spec
-from harness.sweeps.status import CellStatus, format_table, is_active, statuses, summary_line, sweep_status
+from harness.sweeps.status import CellStatus, cell_statuses, format_table, is_active, summary_line
 
+ORDER = 50
 ONLY_STATES = ("failed", "pending", "unknown")
 
 
@@ -63,21 +61,10 @@ def register(sub) -> None:
         "--results-dir", type=Path, help="after the sweep finishes, write its report here (harness.results.report)"
     )
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
-    p.set_defaults(func=cmd_sweep)
-
-    s = sub.add_parser(
-        "status",
-        help="one row per sweep cell: pending / running / done / failed",
-        description="Rebuild the state of every cell from the cell directories (and one sacct call).",
-    )
-    s.add_argument("target", help="a runs directory, or a sweep spec (cells under --runs-dir or runs/<name>)")
-    s.add_argument("--runs-dir", type=Path, help="with a spec: where its cells are (default runs/<spec name>)")
-    s.add_argument("--no-tails", action="store_true", help="do not print the stderr tail of failed cells")
-    s.set_defaults(func=cmd_status)
+    p.set_defaults(func=run)
 
 
-# ---------------------------------------------------------------------------------------------- sweep
-def cmd_sweep(args: argparse.Namespace) -> int:
+def run(args: argparse.Namespace) -> int:
     check_executor(args.executor)
     spec = load_spec(args.spec)
     cells = expand(spec)  # every cell validated before anything is written or submitted
@@ -131,7 +118,7 @@ def _submit(
 ) -> int:
     from harness.sweeps.submit import submit_cells, wait_for  # submitit: only when something is submitted
 
-    existing = {c.id: st for c, st in zip(cells, _statuses_of(cells, runs_dir))}
+    existing = {c.id: st for c, st in zip(cells, cell_statuses(cells, runs_dir))}
     todo, skipped = select(cells, existing, args.only)
     for c in todo:  # every cell directory checked before any is written
         C.check_cell_dir(c, runs_dir)
@@ -169,7 +156,7 @@ def _submit(
     finished = args.executor != "slurm" or args.wait
     if args.executor == "slurm" and args.wait:  # also follows jobs an earlier submission left running
         wait_for(dirs, progress=not args.no_progress, desc=f"{spec.name} [slurm]")
-    rows = _statuses_of(cells, runs_dir)
+    rows = cell_statuses(cells, runs_dir)
     print(summary_line(rows))
     if finished:
         print(format_table(rows))
@@ -220,15 +207,6 @@ def load_spec_name(path: Path) -> str | None:
 
     name = read_yaml_mapping(path, SpecError, "a sweep spec", "a name").get("name")
     return name if isinstance(name, str) else None
-
-
-def _statuses_of(cells: list[Cell], runs_dir: Path) -> list[CellStatus]:
-    dirs = [C.cell_dir(runs_dir, c) for c in cells]
-    have = [d for d in dirs if (d / C.CELL_FILE).exists()]
-    by_dir = {r.dir: r for r in statuses(have)} if have else {}
-    return [
-        by_dir.get(d) or CellStatus(d, c.id, c.alias, "pending", detail="not submitted") for c, d in zip(cells, dirs)
-    ]
 
 
 def check_only(cells: list[Cell], only: list[str] | None) -> None:
@@ -318,12 +296,6 @@ def print_populations(group: list[Cell], executor: str, resources: dict) -> None
         print(f"    {note}")
 
 
-def print_resubmit_hint(rows: list[CellStatus], spec: str | Path, runs_dir: Path) -> None:
-    failed = [r for r in rows if r.state == "failed"]
-    if failed:
-        print(f"\n{len(failed)} failed. Resubmit only those: harness sweep {spec} --runs-dir {runs_dir} --only failed")
-
-
 def _report(runs_dir: Path, results_dir: Path | None) -> None:
     if results_dir is None:
         return
@@ -334,55 +306,3 @@ def _report(runs_dir: Path, results_dir: Path | None) -> None:
         return
     write_sweep_report(runs_dir, results_dir)
     print(f"report: {results_dir}")
-
-
-# ---------------------------------------------------------------------------------------------- status
-def with_spec_cells(rows: list[CellStatus], runs_dir: Path) -> list[CellStatus]:
-    """Rows in the order of the last submitted spec (sweep.yaml), with its cells not yet written as pending, and
-    directories whose id is no longer a cell of it (its config changed since) flagged at the end."""
-    if not (runs_dir / "sweep.yaml").exists():
-        return rows
-    try:
-        cells = expand(load_spec(runs_dir / "sweep.yaml"))
-    except (ValueError, FileNotFoundError, KeyError, TypeError) as e:  # it no longer validates: the dirs as they are
-        print(f"note: {str(e).splitlines()[0]}; showing the cell directories as they are", file=sys.stderr)
-        return rows
-    by_id = {r.id: r for r in rows}
-    current = [
-        by_id.get(c.id) or CellStatus(C.cell_dir(runs_dir, c), c.id, c.alias, "pending", detail="not submitted")
-        for c in cells
-    ]
-    ids = {c.id for c in cells}
-    stale = [r for r in rows if r.id not in ids]
-    for r in stale:
-        r.detail = (r.detail + " " if r.detail else "") + "[not a cell of sweep.yaml any more]"
-    return current + stale
-
-
-def cmd_status(args: argparse.Namespace) -> int:
-    target = Path(args.target)
-    spec_path: str | Path
-    if target.is_file():
-        spec = load_spec(target)
-        runs_dir = args.runs_dir or Path("runs") / spec.name
-        cells = expand(spec)
-        rows = (
-            _statuses_of(cells, runs_dir)
-            if runs_dir.is_dir()
-            else [CellStatus(C.cell_dir(runs_dir, c), c.id, c.alias, "pending", detail="not submitted") for c in cells]
-        )
-        spec_path = target
-    else:
-        if not target.is_dir():
-            raise FileNotFoundError(f"no such sweep spec or runs directory: {target}")
-        runs_dir = target
-        rows = sweep_status(runs_dir)
-        if not rows:
-            raise ValueError(f"{runs_dir}: no cell directories (cell.json) here; is this a sweep's runs directory?")
-        first = C.read_cell(rows[0].dir).get("spec")
-        spec_path = first if first and Path(first).is_file() else runs_dir / "sweep.yaml"
-        rows = with_spec_cells(rows, runs_dir)
-    print(f"{runs_dir}: {summary_line(rows)}")
-    print(format_table(rows, tails=not args.no_tails))
-    print_resubmit_hint(rows, spec_path, runs_dir)
-    return 0

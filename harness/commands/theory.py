@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import time
 
+ORDER = 140
 
-def handler(args) -> int:
+
+def run(args) -> int:
     from harness.theory.report import CLAIMS, run_all, write
 
     known = [fn.__name__ for fn in CLAIMS]
@@ -25,4 +27,4 @@ def register(sub) -> None:
     p = sub.add_parser("theory", help="exact softmax-policy experiments testing the entropy-control theory claims")
     p.add_argument("--out", default="theory_report", help="output directory (default: theory_report)")
     p.add_argument("--only", nargs="+", metavar="ID", help="run only these claims (e.g. thm_iv1 prop_vi1)")
-    p.set_defaults(func=handler)
+    p.set_defaults(func=run)

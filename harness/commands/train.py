@@ -6,15 +6,17 @@ import json
 import sys
 from pathlib import Path
 
+ORDER = 20
+
 
 def default_run_dir(cfg) -> Path:
     label = cfg.name or f"{cfg.method_name}-{Path(cfg.model.name).name}-{Path(cfg.task.name).stem}-s{cfg.seed}"
     return Path("runs") / f"{label}-{cfg.run_id()[:6]}"
 
 
-def handle(args) -> int:
+def run(args) -> int:
     from harness.run.config import load_config
-    from harness.run.runner import run
+    from harness.run.runner import run as train_run
 
     cfg = load_config(args.config, overrides=args.overrides)  # validates everything before any work
     run_dir = Path(args.run_dir) if args.run_dir else default_run_dir(cfg)
@@ -37,7 +39,7 @@ def handle(args) -> int:
         return 0
     from harness.run.runner import FINISHED
 
-    result = run(cfg, run_dir, force=args.force)
+    result = train_run(cfg, run_dir, force=args.force)
     if result.get("status") not in FINISHED:
         return 1
     summary = {k: result.get(k) for k in ("run_id", "status", "method", "model", "steps", "updates", "wall_time_s")}
@@ -69,4 +71,4 @@ def register(sub) -> None:
     p.add_argument(
         "--dry-run", action="store_true", help="validate and print the resolved config and launch command; run nothing"
     )
-    p.set_defaults(func=handle)
+    p.set_defaults(func=run)

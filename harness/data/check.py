@@ -13,11 +13,12 @@ runs it on what it is about to write.
 
 from __future__ import annotations
 
-import json
 import random
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
+
+from harness.io import jsonl_lines
 
 from .gold import REASONS as GOLD_REASONS
 from .gold import gold_problems
@@ -98,23 +99,19 @@ def check_rows(
 def read_training_rows(path: Path, input_key: str, label_key: str) -> list[tuple[int, str, str]]:
     """``(line, prompt text, answer)`` of a JSONL file; a malformed line is an error naming it."""
     out = []
-    with open(path, encoding="utf-8") as f:
-        for ln, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            try:
-                row = json.loads(line)
-            except ValueError as e:
-                raise TrainingDataError(f"{path}:{ln}: not valid JSON ({e})") from None
-            if not isinstance(row, dict) or input_key not in row or label_key not in row:
-                raise TrainingDataError(f"{path}:{ln}: needs the fields {input_key!r} and {label_key!r}")
-            text = prompt_text(row[input_key])
-            if text is None:
-                raise TrainingDataError(
-                    f"{path}:{ln}: {input_key!r} must be a string or a list of {{role, content}} messages"
-                )
-            answer = row[label_key]
-            out.append((ln, text, "" if answer is None else str(answer)))
+    try:
+        lines = jsonl_lines(path)
+    except ValueError as e:
+        raise TrainingDataError(str(e)) from None
+    for ln, row in lines:
+        if not isinstance(row, dict) or input_key not in row or label_key not in row:
+            raise TrainingDataError(f"{path}:{ln}: needs the fields {input_key!r} and {label_key!r}")
+        text = prompt_text(row[input_key])
+        if text is None:
+            what = "a string or a list of {role, content} messages"
+            raise TrainingDataError(f"{path}:{ln}: {input_key!r} must be {what}")
+        answer = row[label_key]
+        out.append((ln, text, "" if answer is None else str(answer)))
     return out
 
 
@@ -129,7 +126,7 @@ def check_training_file(
 ) -> CheckSummary:
     """Check a JSONL training file (see the module docstring); raise ``TrainingDataError`` (a ``ValueError``) with
     one line, or return what was checked."""
-    from .sources import sha256_file
+    from harness.provenance import file_sha256
 
     path = Path(path)
     if not path.is_file():
@@ -138,4 +135,4 @@ def check_training_file(
         raise TrainingDataError(f"{path}: the check reads JSONL files of {{{input_key}, {label_key}}} rows")
     rows = read_training_rows(path, input_key, label_key)
     checked = check_rows(rows, str(path), sample=sample, seed=seed, workers=workers)
-    return CheckSummary(str(path), len(rows), sha256_file(path), checked, seed, input_key, label_key)
+    return CheckSummary(str(path), len(rows), file_sha256(path), checked, seed, input_key, label_key)

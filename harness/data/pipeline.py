@@ -18,9 +18,11 @@ from collections.abc import Callable
 from datetime import datetime, timezone
 from pathlib import Path
 
+from harness.provenance import file_sha256
+
 from .check import DEFAULT_SAMPLE, DEFAULT_SEED, check_rows
 from .gold import gold_problems, normalise_gold
-from .sources import Source, get_source, hub_rows, read_file_rows, sha256_file, sha256_rows
+from .sources import Source, get_source, hub_rows, read_file_rows, sha256_rows
 from .templates import format_problem, render, resolve_template
 
 MANIFEST_SCHEMA = 1
@@ -55,7 +57,7 @@ def _read(src: Source, source: str, revision: str | None) -> tuple[list[dict], d
         if revision
         else ("the project's shipped sample in the hub schema, not hub data" if kind == "sample" else "not given")
     )
-    return rows, {"source": where, "input": {"sha256": sha256_file(path), "hashed": "file bytes"}}
+    return rows, {"source": where, "input": {"sha256": file_sha256(path), "hashed": "file bytes"}}
 
 
 def prepare(
@@ -73,7 +75,7 @@ def prepare(
 ) -> dict:
     """Prepare ``name`` into ``out_dir``; return the manifest. Raises ``ValueError`` (bad input, a failed check)
     or ``FileNotFoundError`` (missing source) before writing anything."""
-    from harness.io import atomic_write_json, atomic_write_text, check_output_dir
+    from harness.io import check_output_dir
 
     src = get_source(name)
     template_name, template_text = resolve_template(template)
@@ -82,63 +84,18 @@ def prepare(
 
     rows, described = _read(src, source, revision)
     log(f"{name}: read {len(rows)} rows from {described['source'].get('path') or src.hub_id}")
-    dropped: Counter = Counter()
-    examples: dict[str, int] = {}
-    removed: Counter = Counter()
-
-    def drop(reason: str, row_index: int) -> None:
-        dropped[reason] += 1
-        examples.setdefault(reason, row_index)
-
-    # 1. extract; 2. normalise; 3. deduplicate (conflicting answers drop the problem)
-    kept: dict[str, list] = {}  # problem key -> [row index, problem, answer, extracted]
-    conflicts: dict[str, int] = {}
-    for i, row in enumerate(rows):
-        ex = src.extract(row if isinstance(row, dict) else {})
-        if ex.drop:
-            drop(ex.drop, i)
-            continue
-        removed.update(ex.removed)
-        answer = normalise_gold(ex.answer)
-        key = " ".join(ex.problem.split())
-        if not key:
-            drop("unrecognised_prompt", i)
-        elif key in conflicts:
-            conflicts[key] += 1
-        elif key in kept:
-            if kept[key][2] == answer:
-                drop("duplicate", i)
-            else:
-                conflicts[key] = 2
-                examples.setdefault("conflicting_answer", kept.pop(key)[0])
-        else:
-            kept[key] = [i, ex.problem, answer, ex]
-    for n in conflicts.values():
-        dropped["conflicting_answer"] += n
-
-    # 4. ungradable answers
-    entries = list(kept.values())
-    verdicts = gold_problems([e[2] for e in entries], workers=workers)
-    out_rows, checked_rows = [], []
-    for (i, problem, answer, ex), verdict in zip(entries, verdicts):
-        if verdict:
-            drop(verdict, i)
-            continue
-        prompt = render(template_text, problem)
-        if format_problem(prompt):  # the problem itself still asks for another format
-            drop("prompt_format", i)
-            continue
-        out_rows.append({"prompt": prompt, "answer": answer, "data_source": ex.data_source, "index": ex.index})
-        checked_rows.append((len(out_rows), prompt, answer))
+    tally = _Tally()
+    entries = _unique_problems(src, rows, tally)
+    out_rows, checked_rows = _gradable_rows(entries, template_text, workers, tally)
     if not out_rows:
-        raise ValueError(f"{name}: no row left of {len(rows)} ({_counts_text(dropped)}); nothing written")
+        raise ValueError(f"{name}: no row left of {len(rows)} ({_counts_text(tally.dropped)}); nothing written")
 
     # 5. the refusal checks on exactly what is written (line numbers of the output file)
     gold_checked = check_rows(checked_rows, str(jsonl_path), sample=sample, seed=seed, workers=workers)
 
     text = "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in out_rows)
     out_sha = hashlib.sha256(text.encode("utf-8")).hexdigest()
-    same_rows = jsonl_path.exists() and sha256_file(jsonl_path) == out_sha
+    same_rows = jsonl_path.exists() and file_sha256(jsonl_path) == out_sha
     if jsonl_path.exists() and not same_rows and not force:
         raise ValueError(f"--out {out_dir}: {jsonl_path.name} exists with other content; pass --force to replace it")
 
@@ -148,17 +105,11 @@ def prepare(
         "description": src.description,
         **described,
         "output": {"path": jsonl_path.name, "rows": len(out_rows), "sha256": out_sha, "hashed": "file bytes"},
-        "counts": {
-            "read": len(rows),
-            "kept": len(out_rows),
-            "dropped": dict(sorted(dropped.items())),
-            "first_dropped_row": dict(sorted(examples.items())),
-            "instruction_removed": {part: removed[part] for part in sorted(removed)},
-        },
+        "counts": tally.counts(len(rows), len(out_rows)),
         "template": {
             "name": template_name,
             "text": template_text,
-            "removed_from_source": {part: src.removed_text.get(part, part) for part in sorted(removed)},
+            "removed_from_source": {part: src.removed_text.get(part, part) for part in sorted(tally.removed)},
         },
         "answer": "source ground truth, whitespace collapsed, then harness.evals.math_grader.normalize_answer",
         "check": {
@@ -169,8 +120,86 @@ def prepare(
         },
         "created": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
     }
-    log(f"{name}: kept {len(out_rows)} of {len(rows)} rows; dropped: {_counts_text(dropped) or 'none'}")
-    if same_rows:  # the rows are there already: keep the file; refresh the manifest only if its story changed
+    log(f"{name}: kept {len(out_rows)} of {len(rows)} rows; dropped: {_counts_text(tally.dropped) or 'none'}")
+    return _write_prepared(name, jsonl_path, manifest_path, text, manifest, same_rows, log)
+
+
+class _Tally:
+    """What ``prepare`` dropped (reason -> count, and the first row of each) and the instruction parts it removed."""
+
+    def __init__(self):
+        self.dropped: Counter = Counter()
+        self.examples: dict[str, int] = {}
+        self.removed: Counter = Counter()
+
+    def drop(self, reason: str, row_index: int) -> None:
+        self.dropped[reason] += 1
+        self.examples.setdefault(reason, row_index)
+
+    def counts(self, read: int, kept: int) -> dict:
+        return {
+            "read": read,
+            "kept": kept,
+            "dropped": dict(sorted(self.dropped.items())),
+            "first_dropped_row": dict(sorted(self.examples.items())),
+            "instruction_removed": {part: self.removed[part] for part in sorted(self.removed)},
+        }
+
+
+def _unique_problems(src: Source, rows: list, tally: _Tally) -> list[list]:
+    """1. extract; 2. normalise; 3. deduplicate (conflicting answers drop the problem): ``[row index, problem,
+    answer, extracted]`` per problem kept, in row order."""
+    kept: dict[str, list] = {}  # problem key -> [row index, problem, answer, extracted]
+    conflicts: dict[str, int] = {}
+    for i, row in enumerate(rows):
+        ex = src.extract(row if isinstance(row, dict) else {})
+        if ex.drop:
+            tally.drop(ex.drop, i)
+            continue
+        tally.removed.update(ex.removed)
+        answer = normalise_gold(ex.answer)
+        key = " ".join(ex.problem.split())
+        if not key:
+            tally.drop("unrecognised_prompt", i)
+        elif key in conflicts:
+            conflicts[key] += 1
+        elif key in kept:
+            if kept[key][2] == answer:
+                tally.drop("duplicate", i)
+            else:
+                conflicts[key] = 2
+                tally.examples.setdefault("conflicting_answer", kept.pop(key)[0])
+        else:
+            kept[key] = [i, ex.problem, answer, ex]
+    for n in conflicts.values():
+        tally.dropped["conflicting_answer"] += n
+    return list(kept.values())
+
+
+def _gradable_rows(entries: list[list], template_text: str, workers, tally: _Tally) -> tuple[list[dict], list]:
+    """4. the problems whose answer the grader can score, in the template, asking for no other format: the output
+    rows and ``(line, prompt, answer)`` for the checks."""
+    verdicts = gold_problems([e[2] for e in entries], workers=workers)
+    out_rows, checked_rows = [], []
+    for (i, problem, answer, ex), verdict in zip(entries, verdicts):
+        if verdict:
+            tally.drop(verdict, i)
+            continue
+        prompt = render(template_text, problem)
+        if format_problem(prompt):  # the problem itself still asks for another format
+            tally.drop("prompt_format", i)
+            continue
+        out_rows.append({"prompt": prompt, "answer": answer, "data_source": ex.data_source, "index": ex.index})
+        checked_rows.append((len(out_rows), prompt, answer))
+    return out_rows, checked_rows
+
+
+def _write_prepared(name, jsonl_path: Path, manifest_path: Path, text: str, manifest: dict, same_rows: bool, log):
+    """Write the rows and the manifest; rows already there are kept, and the manifest refreshed only if its story
+    (all but ``created``) changed. Returns the manifest on disk."""
+    from harness.io import atomic_write_json, atomic_write_text
+
+    if same_rows:
         old = json.loads(manifest_path.read_text()) if manifest_path.is_file() else {}
         if {**old, "created": None} == {**manifest, "created": None}:
             log(f"{name}: {jsonl_path} and its manifest are up to date; nothing rewritten")

@@ -143,19 +143,17 @@ def raw_dapo_prompts() -> list[dict]:
 def dapo_schema():
     import pyarrow as pa
 
-    message = pa.struct([("content", pa.string()), ("role", pa.string())])
-    return pa.schema(
-        [
-            ("data_source", pa.string()),
-            ("prompt", pa.list_(message)),
-            ("ability", pa.string()),
-            ("reward_model", pa.struct([("ground_truth", pa.string()), ("style", pa.string())])),
-            ("extra_info", pa.struct([("index", pa.string())])),
-        ]
-    )
+    return _hub_schema([("index", pa.string())])
 
 
 def eurus_schema():
+    import pyarrow as pa
+
+    return _hub_schema([("index", pa.int64()), ("split", pa.string())])
+
+
+def _hub_schema(extra_info: list):
+    """The parquet schema both hub sets share (verl's RL format); ``extra_info`` is where they differ."""
     import pyarrow as pa
 
     message = pa.struct([("content", pa.string()), ("role", pa.string())])
@@ -165,7 +163,7 @@ def eurus_schema():
             ("prompt", pa.list_(message)),
             ("ability", pa.string()),
             ("reward_model", pa.struct([("ground_truth", pa.string()), ("style", pa.string())])),
-            ("extra_info", pa.struct([("index", pa.int64()), ("split", pa.string())])),
+            ("extra_info", pa.struct(extra_info)),
         ]
     )
 

@@ -24,6 +24,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from harness.io import read_json_rows
 from harness.registry import Registry
 
 SAMPLES_DIR = Path(__file__).resolve().parent / "samples"
@@ -94,14 +95,22 @@ def _is_math(row: dict) -> bool:
     return str(row.get("ability") or "").strip().lower() == "math"
 
 
-def dapo_extract(row: dict) -> Extracted:
+def _math_question(row: dict) -> tuple[Extracted, str | None]:
+    """A hub row's answer and provenance, and its user message (None, with the reason in ``drop``, when the row
+    is no math question this reads)."""
     out = Extracted(answer=_ground_truth(row), data_source=row.get("data_source"), index=_index(row))
     if not _is_math(row):
         out.drop = "not_math"
-        return out
+        return out, None
     text = _user_content(row)
     if text is None:
         out.drop = "unrecognised_prompt"
+    return out, text
+
+
+def dapo_extract(row: dict) -> Extracted:
+    out, text = _math_question(row)
+    if text is None:
         return out
     removed = []
     if text.startswith(DAPO_PREFIX):
@@ -113,13 +122,8 @@ def dapo_extract(row: dict) -> Extracted:
 
 
 def eurus_extract(row: dict) -> Extracted:
-    out = Extracted(answer=_ground_truth(row), data_source=row.get("data_source"), index=_index(row))
-    if not _is_math(row):
-        out.drop = "not_math"
-        return out
-    text = _user_content(row)
+    out, text = _math_question(row)
     if text is None:
-        out.drop = "unrecognised_prompt"
         return out
     removed = ["system_prompt"] if any(m.get("role") == "system" for m in _messages(row)) else []
     m = _EURUS_SUFFIX_RE.search(text)
@@ -191,17 +195,10 @@ def read_file_rows(path: str | Path) -> list[dict]:
         except Exception as e:  # noqa: BLE001 - any unreadable file: one line naming it
             raise ValueError(f"--source {path}: not a readable parquet file ({type(e).__name__}: {e})") from None
     if name.endswith((".jsonl", ".json")):
-        text = path.read_text(encoding="utf-8")
-        if name.endswith(".json") and text.lstrip().startswith("["):
-            return json.loads(text)
-        rows = []
-        for ln, line in enumerate(text.splitlines(), 1):
-            if line.strip():
-                try:
-                    rows.append(json.loads(line))
-                except ValueError as e:
-                    raise ValueError(f"--source {path}:{ln}: not valid JSON ({e})") from None
-        return rows
+        try:
+            return read_json_rows(path)
+        except ValueError as e:
+            raise ValueError(f"--source {e}") from None
     raise ValueError(f"--source {path}: unknown file type; give a .parquet, .jsonl or .json file")
 
 
@@ -224,16 +221,9 @@ def hub_rows(hub_id: str, *, revision: str | None, split: str, **load_kwargs) ->
     return ds.to_list()
 
 
-def sha256_file(path: str | Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
 def sha256_rows(rows: list[dict]) -> str:
-    """Content hash of rows read from the hub: sha256 of one canonical JSON line per row (sorted keys)."""
+    """Content hash of rows read from the hub: sha256 of one JSON line per row (sorted keys, json's default
+    separators: not provenance.rows_sha256's compact ones, so the manifests written before keep their hashes)."""
     digest = hashlib.sha256()
     for row in rows:
         digest.update(json.dumps(row, sort_keys=True, ensure_ascii=False, default=str).encode("utf-8") + b"\n")

@@ -16,7 +16,6 @@ from __future__ import annotations
 import contextlib
 import copy
 import dataclasses
-import json
 import math
 import tempfile
 from pathlib import Path
@@ -25,6 +24,7 @@ import torch
 import yaml
 
 import harness
+from harness.io import jsonl_lines
 
 ROOT = Path(__file__).resolve().parents[2]
 BASE = ROOT / "sweeps" / "configs" / "pocket_countdown.yaml"  # the quickstart's shared run settings
@@ -105,7 +105,7 @@ def first_rollout(mode: str, store: dict):
 
 
 def read_rows(run_dir: Path) -> list[dict]:
-    return [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines() if line.strip()]
+    return [row for _, row in jsonl_lines(run_dir / "metrics.jsonl")]
 
 
 def numeric(row: dict) -> dict:

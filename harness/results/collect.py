@@ -31,6 +31,7 @@ from pathlib import Path
 import pandas as pd
 import yaml
 
+from harness.io import jsonl_lines
 from harness.run.metrics import COMPLETED, FAILED, FINISHED, INSUFFICIENT_UPDATES, STEP
 from harness.run.records import task_label
 
@@ -107,29 +108,17 @@ def _walk(d: Path, out: list[Path], inside: Path | None = None) -> None:
 def read_metrics(path: Path) -> list[dict]:
     """Parse metrics.jsonl; a line that is not a JSON object is skipped with a warning naming file:line."""
     rows = []
+
+    def skip(lineno: int, why: str) -> None:
+        warnings.warn(f"{path}:{lineno}: skipped corrupt metrics line ({why})", CorruptMetricsWarning, stacklevel=3)
+
     try:
-        with open(path, "rb") as f:
-            raw = f.read()
-    except OSError as e:
-        warnings.warn(f"{path}: unreadable ({_why(e)}); no metrics read", CorruptMetricsWarning, stacklevel=2)
+        lines = jsonl_lines(path, on_bad=skip)
+    except ValueError as e:  # the file itself cannot be read
+        why = str(e).removeprefix(f"{path}: ")
+        warnings.warn(f"{path}: unreadable ({why}); no metrics read", CorruptMetricsWarning, stacklevel=2)
         return rows
-    for lineno, data in enumerate(raw.splitlines(), start=1):
-        if not data.strip():
-            continue
-        try:
-            obj = json.loads(data.decode("utf-8"))
-        except UnicodeDecodeError as e:
-            warnings.warn(
-                f"{path}:{lineno}: skipped metrics line that is not UTF-8 ({_why(e)})",
-                CorruptMetricsWarning,
-                stacklevel=2,
-            )
-            continue
-        except json.JSONDecodeError as e:
-            warnings.warn(
-                f"{path}:{lineno}: skipped corrupt metrics line ({e.msg})", CorruptMetricsWarning, stacklevel=2
-            )
-            continue
+    for lineno, obj in lines:
         if not isinstance(obj, dict):
             warnings.warn(
                 f"{path}:{lineno}: skipped metrics line that is not a JSON object", CorruptMetricsWarning, stacklevel=2

@@ -157,6 +157,9 @@ def _stats(values: pd.Series) -> tuple[float, float, float, int]:
     return iv.mean, iv.half, std, iv.n
 
 
+ROW_KEYS = ["model", "task", "setting", "label", "flag"]  # the runs pooled into one leaderboard row
+
+
 def build_leaderboard(
     col: Collection | None,
     baseline: str | None = None,
@@ -171,101 +174,9 @@ def build_leaderboard(
     rows: list[dict] = []
     notes: list[str] = []
     suite_cols: list[str] = []
+    ev = None
     if col is not None:
-        ev, proto_notes = run_scores(col, allow_mixed_protocols)
-        if ev.empty:
-            raise ValueError(
-                "no completed run has eval results (result.json 'eval'); nothing to tabulate. " + _missing_text(col)
-            )
-        avgs = _run_averages(ev)
-        per_run = ev.pivot_table(index="run_dir", columns="column", values="value", aggfunc="first")
-        per_run = per_run.join(avgs.set_index("run_dir")).join(run_entropy(col))
-        ident = col.runs.set_index("run_dir")[
-            ["model", "model_params", "task", "setting", "label", "seed", "status", *PROVENANCE_COLS]
-        ]
-        per_run = per_run.join(ident)
-        per_run["flag"] = np.where(per_run["status"] == FLAG_INSUFFICIENT, FLAG_INSUFFICIENT, "")
-        for _, r in ev[ev["value"].isna()].iterrows():  # a null score is left out of n, and said
-            who = ident.loc[r["run_dir"]]
-            notes.append(
-                f"MISSING: {who['model']} {who['label']} seed {_seed(who['seed'])} has no {r['column']} "
-                f"score (null in its results: {r['run_dir']}); that column's n leaves it out"
-            )
-        suite_cols = sorted(ev["column"].unique(), key=_column_order)
-        task_cols = ev.groupby(ev["task"].astype(str))["column"].apply(lambda s: ";".join(sorted(set(s)))).to_dict()
-        keys = ["model", "task", "setting", "label", "flag"]
-        data_notes = _check_data(per_run, keys, allow_mixed_data)
-        for (model, task, setting, label, flag), grp in per_run.groupby(keys, dropna=False):
-            row = {
-                "source": "runs",
-                "model": model,
-                "model_params": grp["model_params"].max(),
-                "task": task,
-                "setting": setting,
-                "method": label,
-                "flag": flag,
-                "seeds": ",".join(_seed(s) for s in sorted(grp["seed"].dropna().unique())),
-                "task_suites": task_cols.get(str(task), ""),
-                "provenance": provenance_text(grp),
-                "_by_seed": {
-                    c: {_seed(s): float(v) for s, v in zip(grp["seed"], grp[c]) if pd.notna(v)}
-                    for c in suite_cols + AVG_COLS
-                },
-            }
-            for c in suite_cols + AVG_COLS + ENTROPY_COLS:
-                row[f"{c}_mean"], row[f"{c}_ci"], row[f"{c}_std"], row[f"{c}_n"] = _stats(grp[c])
-            rows.append(row)
-            seeds = grp["seed"].dropna()
-            if seeds.duplicated().any():
-                notes.append(
-                    f"FLAG: {model} {label} has several runs with the same seed "
-                    f"({', '.join(sorted(grp.index))}); each counts in n"
-                )
-        if (per_run["flag"] == FLAG_INSUFFICIENT).any():
-            bad = sorted(per_run.index[per_run["flag"] == FLAG_INSUFFICIENT])
-            notes.append(
-                f"FLAG: {len(bad)} run(s) finished with status insufficient_updates (fewer than half "
-                "the expected policy updates): shown flagged, never ranked or compared: " + "; ".join(bad)
-            )
-        settings = sorted({s for s in per_run["setting"] if s})
-        if settings:
-            notes.append(
-                "FLAG: runs of one model and task differ in settings that change what they measure; "
-                "each setting is its own block, never compared with another: " + " | ".join(settings)
-            )
-        if (
-            int(
-                pd.to_numeric(
-                    per_run["avg_suites"].notna().groupby([per_run[k] for k in keys]).sum(), errors="coerce"
-                ).max()
-                or 0
-            )
-            <= 1
-        ):
-            notes.append("n = 1: one seed per row, so no interval; nothing is marked better than anything else")
-        notes.append(
-            "Scores in percent: mean ± half-width of the 95% Student-t CI over seeds (n = seeds with a "
-            "value; no ± when n = 1). Δ = paired same-seed difference ± its 95% CI (Welch's interval when "
-            "seeds do not match); bold = the CI of the difference to the runner-up (cells) or to zero "
-            "(Δ) excludes zero. "
-            "avg (suites) = plain mean of suites; avg (samples) = mean over all evaluation samples "
-            "(suite weight n_problems × n_samples), as the paper's Avg."
-        )
-        if per_run[ENTROPY_COLS].notna().any().any():
-            notes.append(
-                "H start / H end: policy entropy (metrics.jsonl entropy, nats per token) averaged over each run's "
-                "first / last edge_steps(N) of its N logged steps (N // 10, at least 1, at most 5: "
-                "harness/run/metrics.py, as result.json's summary), mean ± 95% CI over seeds; never ranked"
-            )
-        notes += proto_notes + data_notes
-        missing = _missing_text(col)
-        if missing:
-            notes.append(missing)
-        no_eval = sorted(set(col.completed["run_dir"]) - set(ev["run_dir"]))
-        if no_eval:
-            notes.append(
-                f"NO EVAL: {len(no_eval)} completed run(s) have no eval results, left out: " + "; ".join(no_eval)
-            )
+        ev, rows, notes, suite_cols = _runs_rows(col, allow_mixed_protocols, allow_mixed_data)
     if reference:
         ref_rows, ref_notes = _reference_rows(reference)
         rows += ref_rows
@@ -276,11 +187,126 @@ def build_leaderboard(
             if s not in suite_cols:
                 suite_cols.append(s)
     if imports:
-        imp_rows, imp_notes = _imported_rows(imports, ev if col is not None else None)
+        imp_rows, imp_notes = _imported_rows(imports, ev)
         rows += imp_rows
         notes += imp_notes
         for r in imp_rows:
             suite_cols += [c for c in r["task_suites"].split(";") if c not in suite_cols]
+    return _leaderboard(rows, suite_cols, notes, baseline, provenance)
+
+
+def _runs_rows(col: Collection, allow_mixed_protocols: bool, allow_mixed_data: bool):
+    """The rows of the runs (one per ``ROW_KEYS``, its stats over seeds) and their notes: (the runs' scores,
+    rows, notes, suite columns)."""
+    ev, proto_notes = run_scores(col, allow_mixed_protocols)
+    if ev.empty:
+        raise ValueError(
+            "no completed run has eval results (result.json 'eval'); nothing to tabulate. " + _missing_text(col)
+        )
+    per_run, notes = _per_run(col, ev)
+    suite_cols = sorted(ev["column"].unique(), key=_column_order)
+    task_cols = ev.groupby(ev["task"].astype(str))["column"].apply(lambda s: ";".join(sorted(set(s)))).to_dict()
+    data_notes = _check_data(per_run, ROW_KEYS, allow_mixed_data)
+    rows = []
+    for key, grp in per_run.groupby(ROW_KEYS, dropna=False):
+        rows.append(_runs_row(key, grp, suite_cols, task_cols))
+        if grp["seed"].dropna().duplicated().any():
+            model, label = key[0], key[3]
+            notes.append(
+                f"FLAG: {model} {label} has several runs with the same seed "
+                f"({', '.join(sorted(grp.index))}); each counts in n"
+            )
+    notes += _runs_notes(per_run) + proto_notes + data_notes
+    missing = _missing_text(col)
+    if missing:
+        notes.append(missing)
+    no_eval = sorted(set(col.completed["run_dir"]) - set(ev["run_dir"]))
+    if no_eval:
+        notes.append(f"NO EVAL: {len(no_eval)} completed run(s) have no eval results, left out: " + "; ".join(no_eval))
+    return ev, rows, notes, suite_cols
+
+
+def _per_run(col: Collection, ev: pd.DataFrame) -> tuple[pd.DataFrame, list[str]]:
+    """One row per run (index run_dir): its suite scores, averages, entropy window, identity and flag; and a
+    note for each null score (left out of its column's n)."""
+    avgs = _run_averages(ev)
+    per_run = ev.pivot_table(index="run_dir", columns="column", values="value", aggfunc="first")
+    per_run = per_run.join(avgs.set_index("run_dir")).join(run_entropy(col))
+    ident = col.runs.set_index("run_dir")[
+        ["model", "model_params", "task", "setting", "label", "seed", "status", *PROVENANCE_COLS]
+    ]
+    per_run = per_run.join(ident)
+    per_run["flag"] = np.where(per_run["status"] == FLAG_INSUFFICIENT, FLAG_INSUFFICIENT, "")
+    notes = []
+    for _, r in ev[ev["value"].isna()].iterrows():  # a null score is left out of n, and said
+        who = ident.loc[r["run_dir"]]
+        notes.append(
+            f"MISSING: {who['model']} {who['label']} seed {_seed(who['seed'])} has no {r['column']} "
+            f"score (null in its results: {r['run_dir']}); that column's n leaves it out"
+        )
+    return per_run, notes
+
+
+def _runs_row(key: tuple, grp: pd.DataFrame, suite_cols: list[str], task_cols: dict) -> dict:
+    """The leaderboard row of the runs ``grp`` (one ``ROW_KEYS`` value): mean, CI, std and n of each column."""
+    model, task, setting, label, flag = key
+    row = {
+        "source": "runs",
+        "model": model,
+        "model_params": grp["model_params"].max(),
+        "task": task,
+        "setting": setting,
+        "method": label,
+        "flag": flag,
+        "seeds": ",".join(_seed(s) for s in sorted(grp["seed"].dropna().unique())),
+        "task_suites": task_cols.get(str(task), ""),
+        "provenance": provenance_text(grp),
+        "_by_seed": {
+            c: {_seed(s): float(v) for s, v in zip(grp["seed"], grp[c]) if pd.notna(v)} for c in suite_cols + AVG_COLS
+        },
+    }
+    for c in suite_cols + AVG_COLS + ENTROPY_COLS:
+        row[f"{c}_mean"], row[f"{c}_ci"], row[f"{c}_std"], row[f"{c}_n"] = _stats(grp[c])
+    return row
+
+
+def _runs_notes(per_run: pd.DataFrame) -> list[str]:
+    """What the runs' rows need said: flagged runs, settings blocks, n = 1, how to read the cells, the entropy."""
+    notes = []
+    if (per_run["flag"] == FLAG_INSUFFICIENT).any():
+        bad = sorted(per_run.index[per_run["flag"] == FLAG_INSUFFICIENT])
+        notes.append(
+            f"FLAG: {len(bad)} run(s) finished with status insufficient_updates (fewer than half "
+            "the expected policy updates): shown flagged, never ranked or compared: " + "; ".join(bad)
+        )
+    settings = sorted({s for s in per_run["setting"] if s})
+    if settings:
+        notes.append(
+            "FLAG: runs of one model and task differ in settings that change what they measure; "
+            "each setting is its own block, never compared with another: " + " | ".join(settings)
+        )
+    seeds_per_row = per_run["avg_suites"].notna().groupby([per_run[k] for k in ROW_KEYS]).sum()
+    if int(pd.to_numeric(seeds_per_row, errors="coerce").max() or 0) <= 1:
+        notes.append("n = 1: one seed per row, so no interval; nothing is marked better than anything else")
+    notes.append(
+        "Scores in percent: mean ± half-width of the 95% Student-t CI over seeds (n = seeds with a "
+        "value; no ± when n = 1). Δ = paired same-seed difference ± its 95% CI (Welch's interval when "
+        "seeds do not match); bold = the CI of the difference to the runner-up (cells) or to zero "
+        "(Δ) excludes zero. "
+        "avg (suites) = plain mean of suites; avg (samples) = mean over all evaluation samples "
+        "(suite weight n_problems × n_samples), as the paper's Avg."
+    )
+    if per_run[ENTROPY_COLS].notna().any().any():
+        notes.append(
+            "H start / H end: policy entropy (metrics.jsonl entropy, nats per token) averaged over each run's "
+            "first / last edge_steps(N) of its N logged steps (N // 10, at least 1, at most 5: "
+            "harness/run/metrics.py, as result.json's summary), mean ± 95% CI over seeds; never ranked"
+        )
+    return notes
+
+
+def _leaderboard(rows: list[dict], suite_cols: list[str], notes: list[str], baseline, provenance: bool) -> Leaderboard:
+    """The rows as a table with the Δ columns, the best cells marked, sorted, and what it shows."""
     table = pd.DataFrame(rows)
     for k, default in (("setting", ""), ("flag", ""), ("_by_seed", None), ("provenance", "")):
         if k not in table:

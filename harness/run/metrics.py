@@ -33,6 +33,13 @@ def eval_key(suite: str, metric: str) -> str:
     return f"{EVAL_PREFIX}{suite}/{metric}"
 
 
+def add_eval(row: dict, doc: dict) -> None:
+    """A step's eval document's metrics into its metrics row as ``eval/<suite>/<metric>``."""
+    for suite, res in doc["suites"].items():
+        for mk, mv in res["metrics"].items():
+            row[eval_key(suite, mk)] = mv
+
+
 # ---------------------------------------------------------------- result.json: statuses and the summary
 COMPLETED = "completed"
 INSUFFICIENT_UPDATES = "insufficient_updates"  # finished with fewer than half the expected updates: shown flagged

@@ -12,7 +12,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from harness.evals.result import SuiteResult  # noqa: F401  (its home is the evals layer)
+from harness.evals.result import SuiteResult  # (its home is the evals layer)
 from harness.run.metrics import edge_steps  # noqa: F401  (re-exported: the one start/end window)
 from harness.run.metrics import summarize as _summarize
 
@@ -96,6 +96,59 @@ class RunResult:
     def to_dict(self) -> dict:
         d = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "extra"}
         return {**d, **self.extra}
+
+
+def trained_record(cfg, method, model_params, steps: int, rows: list, last_eval, timing: dict, extra: dict):
+    """The record of a run trained by a harness loop (pocket, TRL): the method's name, advantage and config, the
+    summary of its metrics rows, its last eval, its timing (seconds to the ms, and the process's peak RSS)."""
+    return RunResult(
+        method=cfg.method_name,
+        advantage=method.advantage,
+        method_config=method.to_config(),
+        model=cfg.model.name,
+        model_params=model_params,
+        task=task_label(cfg.task.name),
+        seed=cfg.seed,
+        steps=steps,
+        summary=summarize_metrics(rows),
+        eval=last_eval,
+        timing={**{k: round(v, 3) for k, v in timing.items()}, "peak_rss_mb": peak_rss_mb()},
+        extra=extra,
+    )
+
+
+def peak_rss_mb() -> float:
+    """This process's peak resident memory so far (MB; ru_maxrss is KB on Linux, bytes on macOS)."""
+    import resource
+    import sys
+
+    kb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / (1024 if sys.platform == "darwin" else 1)
+    return round(kb / 1024, 1)
+
+
+def task_eval_doc(cfg, step: int, n_problems: int, metrics: dict) -> dict:
+    """A step's eval document ``{step, suites: {task: SuiteResult}}`` for a held-out eval of the run's own task
+    under its eval protocol (``cfg.eval``): the pocket and TRL loops' eval."""
+    ec = cfg.eval
+    suite = task_label(cfg.task.name)
+    result = SuiteResult(
+        suite=suite,
+        n_problems=n_problems,
+        n_samples=ec.n_samples,
+        temperature=ec.temperature,
+        top_p=ec.top_p,
+        max_tokens=ec.max_new_tokens or cfg.train.max_new_tokens,
+        metrics=metrics,
+        primary=f"avg@{ec.n_samples}",
+    )
+    return {"step": step, "suites": {suite: result.to_dict()}}
+
+
+def write_step_eval(run_dir, doc: dict) -> Path:
+    """``eval/step_<step>.json``: a step's eval document, on every backend."""
+    from harness.io import atomic_write_json
+
+    return atomic_write_json(Path(run_dir) / "eval" / f"step_{doc['step']}.json", doc)
 
 
 def result_payload(run_id: str, backend: str, name: str | None, status: str, fields: dict, wall_time_s: float) -> dict:

@@ -7,8 +7,10 @@
 - a directory whose ``result.json`` says ``completed`` for the same config is returned as is (``force`` reruns);
 - otherwise trains through the backend registry, which resumes from ``checkpoints/`` when present;
 - writes ``result.json`` last and atomically, once, from the backend's ``RunResult`` (harness/run/records.py); it is
-  the only writer of that file (``write_result``). A crash writes it with ``status: failed`` and the error (a rerun
-  moves that file aside and resumes); Ctrl-C writes no result (the checkpoint is the state, rerun resumes);
+  the only writer of that file (``write_result``), through ``finish``, the end of a run that each member of a
+  population shares (harness/backends/pocket/population_runner.py). A crash writes it with ``status: failed`` and
+  the error (a rerun moves that file aside and resumes); Ctrl-C writes no result (the checkpoint is the state,
+  rerun resumes);
 - holds the run directory's lock (harness/run/rundir.py) for the whole run: a second trainer is refused with one line
   naming the holder; a run directory inside a sweep's runs directory or another run (or holding runs) is refused;
 - repairs a ``metrics.jsonl`` whose last line a kill tore (the lost bytes are named in the log);
@@ -264,34 +266,35 @@ def _run_locked(cfg: RunConfig, run_dir: Path, force: bool, quiet: bool) -> dict
         log(f"{run_dir}: already completed (run {cfg.run_id()}); --force to train again")
         return read_result(run_dir)
     apply_plan(plan, cfg, run_dir, log)
-    t0 = time.time()
+    started = time.time()
     log(f"run {cfg.run_id()}: {cfg.method_name} on {cfg.model.name} / {cfg.task.name}, seed {cfg.seed} -> {run_dir}")
+    try:
+        outcome = backend.train(cfg, run_dir, log=log)
+    except Exception as e:  # recorded in result.json by finish, then raised again (Ctrl-C passes: no result)
+        outcome = e
+    return finish(cfg, run_dir, backend, outcome, log, started)
+
+
+def finish(cfg: RunConfig, run_dir: Path, backend, outcome, log, started: float) -> dict:
+    """The end of a run once its backend trained it, for a run and for each member of a population alike: the
+    after-training stage (export -> score eval.suites -> attach; its failure fails the run, and a resubmission
+    resumes at the end and retries it), then result.json, written once: ``failed`` with the error and its traceback
+    (the error is then raised again), else finished with provenance and the update count (``insufficient_updates``
+    when too few steps updated the policy). ``outcome``: the backend's RunResult (or dict), or the exception that
+    stopped its training; ``started``: when the run started (``time.time()``)."""
 
     def payload(status: str, fields: dict) -> dict:
-        return result_payload(cfg.run_id(), cfg.backend, cfg.name, status, fields, time.time() - t0)
+        return result_payload(cfg.run_id(), cfg.backend, cfg.name, status, fields, time.time() - started)
 
-    try:
-        record = backend.train(cfg, run_dir, log=log)
-        fields = record.to_dict() if isinstance(record, RunResult) else dict(record or {})
-        if cfg.eval.after_training:  # export -> score eval.suites -> attach (a failure here fails the run: a
-            from harness.run.after_training import attach, run_stage  # resubmission resumes at the end and retries)
-
-            fields = attach(fields, run_stage(cfg, run_dir, backend, log))
-    except KeyboardInterrupt:
-        raise
-    except Exception as e:
-        failed = {
-            "method": cfg.method_name,
-            "model": cfg.model.name,
-            "seed": cfg.seed,
-            "error": f"{type(e).__name__}: {e}",
-            "traceback": traceback.format_exc()[-4000:],
-        }
+    error = outcome if isinstance(outcome, BaseException) else None
+    if error is None:
         try:
-            write_result(run_dir, payload(FAILED, failed))
-        except (OSError, ValueError) as write_error:  # e.g. the disk is still full: the run's own error matters
-            log(f"warning: could not record the failure in result.json ({write_error})")
-        raise
+            fields = _after_training(cfg, run_dir, backend, outcome, log)
+        except Exception as e:  # noqa: BLE001 - recorded as the run's failure below
+            error = e
+    if error is not None:
+        _record_failure(cfg, run_dir, error, log, payload)
+        raise error
     fields["provenance"] = provenance.collect(datasets=fields.pop("datasets", None) or task_datasets(cfg))
     fields["updates"] = updates = count_updates(run_dir, cfg.train.steps)
     result = payload(finished_status(updates), fields)
@@ -303,3 +306,29 @@ def _run_locked(cfg: RunConfig, run_dir: Path, force: bool, quiet: bool) -> dict
         )
     log(f"done: {summary_line(result.get('summary'))}; {run_dir / 'result.json'}")
     return result
+
+
+def _after_training(cfg: RunConfig, run_dir: Path, backend, record, log) -> dict:
+    """The result fields of the backend's record, with the after-training eval attached when the config asks."""
+    fields = record.to_dict() if isinstance(record, RunResult) else dict(record or {})
+    if cfg.eval.after_training:
+        from harness.run.after_training import attach, run_stage
+
+        fields = attach(fields, run_stage(cfg, run_dir, backend, log))
+    return fields
+
+
+def _record_failure(cfg: RunConfig, run_dir: Path, error: BaseException, log, payload) -> None:
+    """result.json ``failed``: the error and its traceback (a write that fails too, e.g. a disk still full, is
+    logged: the run's own error is the one raised)."""
+    failed = {
+        "method": cfg.method_name,
+        "model": cfg.model.name,
+        "seed": cfg.seed,
+        "error": f"{type(error).__name__}: {error}",
+        "traceback": "".join(traceback.format_exception(error))[-4000:],
+    }
+    try:
+        write_result(run_dir, payload(FAILED, failed))
+    except (OSError, ValueError) as write_error:
+        log(f"warning: could not record the failure in result.json ({write_error})")

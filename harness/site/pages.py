@@ -401,26 +401,9 @@ def _pre_json(obj) -> str:
 
 
 def run_body(s: Sweep, run: RunInfo, sweep_href: str, samples_href) -> str:
-    i = run.ident
-    facts = [
-        ("status", str(i.get("status")) + (f" ({i['detail']})" if i.get("detail") else "")),
-        ("method", i.get("label")),
-        ("model", i.get("model")),
-        ("model parameters", i.get("model_params")),
-        ("task", i.get("task")),
-        ("seed", seed_text(i.get("seed")) or None),
-        ("setting", i.get("setting") or "(default)"),
-        ("steps", i.get("steps")),
-        ("wall time (s)", i.get("wall_time_s")),
-        ("run id", i.get("run_id")),
-        ("backend", i.get("backend")),
-        ("run directory", str(run.run_dir)),
-    ]
-    dl = "".join(
-        f"<dt>{esc(k)}</dt><dd>{esc('—' if v is None or (isinstance(v, float) and math.isnan(v)) else str(v))}</dd>"
-        for k, v in facts
-    )
-    parts = [f"<h1>{esc(run.slug)}</h1>", f"<dl class='facts'>{dl}</dl>"]
+    """A run's page: its facts and leaderboard row, eval per suite (final and every step), graded samples,
+    curves, config, provenance and result.json."""
+    parts = [f"<h1>{esc(run.slug)}</h1>", _run_facts(run)]
     if run.row_index is not None:
         parts.append(
             f'<p>Counts in <a href="{esc(sweep_href)}#row-{run.row_index}">row {run.row_index} of the '
@@ -428,58 +411,8 @@ def run_body(s: Sweep, run: RunInfo, sweep_href: str, samples_href) -> str:
         )
     elif s.table is not None:
         parts.append("<p class='notice'>Not in the leaderboard (not finished, or no eval results).</p>")
-    parts.append("<h2 id='eval'>Eval per suite</h2>")
-    if run.final.empty:
-        parts.append("<p class='notice'>No final eval: this run is not in the leaderboard.</p>")
-    else:
-        rows = "".join(
-            f"<tr><td>{esc(str(r['column']))}</td><td>{esc(str(r['metric']))}</td>"
-            f"<td class='num' data-col='{esc(str(r['column']))}' data-value='{finite(r['value'])!r}'>"
-            f"{_num(r['value'])}</td><td class='num'>{esc(str(r['step']))}</td><td><code>{esc(str(r['protocol']))}"
-            f"</code></td><td>{esc(str(r['source']))}</td></tr>"
-            for _, r in run.final.iterrows()
-        )
-        parts.append(
-            "<p>The values the leaderboard aggregates (percent).</p><table id='final-eval'><thead><tr>"
-            "<th>suite</th><th>metric</th><th>value (%)</th><th>step</th><th>protocol</th><th>from</th>"
-            f"</tr></thead><tbody>{rows}</tbody></table>"
-        )
-    steps = run.evals.dropna(subset=["value"])
-    if steps["step"].nunique() > 1:
-        piv = steps.pivot_table(index="step", columns="suite", values="value", aggfunc="first") * tbl.SCALE
-        head = "".join(f"<th>{esc(str(c))}</th>" for c in piv.columns)
-        body = "".join(
-            f"<tr><td class='num'>{esc(str(st))}</td>"
-            + "".join(f"<td class='num'>{_num(v)}</td>" for v in row)
-            + "</tr>"
-            for st, row in piv.iterrows()
-        )
-        parts.append(
-            f"<details><summary>Every eval step ({len(piv)})</summary><table><thead><tr><th>step</th>{head}"
-            f"</tr></thead><tbody>{body}</tbody></table></details>"
-        )
-    parts.append("<h2 id='samples'>Graded samples</h2>")
-    if run.samples:
-        items = []
-        for ss in run.samples:
-            shown = f"{len(ss.rows)} of {ss.total_rows}" if len(ss.rows) < ss.total_rows else f"{ss.total_rows}"
-            metric = ""
-            if ss.result:
-                prim = ss.result.get("primary")
-                val = finite((ss.result.get("metrics") or {}).get(prim))
-                metric = f"; {prim} {val * tbl.SCALE:.1f}% (results.json)" if val is not None else ""
-            items.append(
-                f'<li><a class="samples-link" href="{esc(samples_href(run, ss.suite))}">{esc(ss.suite)}</a>: '
-                f"{shown} graded samples, {ss.n_correct} right in those shown{metric}; from "
-                f"<code>{esc(str(ss.path.relative_to(run.run_dir)))}</code></li>"
-            )
-        parts.append("<ul>" + "".join(items) + "</ul>")
-    else:
-        parts.append(
-            "<p class='notice'>No graded samples in this run directory (<code>*.graded.jsonl</code> from "
-            "<code>harness eval --out</code>, e.g. of <code>harness export RUN_DIR</code>, placed under "
-            "the run's <code>eval/</code>).</p>"
-        )
+    parts += ["<h2 id='eval'>Eval per suite</h2>", _final_eval(run), _eval_steps(run)]
+    parts += ["<h2 id='samples'>Graded samples</h2>", _run_samples(run, samples_href)]
     parts.append("<h2>Curves</h2>" + run_curves(run))
     parts.append(
         "<h2>Config</h2>"
@@ -501,6 +434,88 @@ def run_body(s: Sweep, run: RunInfo, sweep_href: str, samples_href) -> str:
         rest = {k: v for k, v in run.result.items() if k not in ("eval", "provenance", "suites")}
         parts.append(f"<details><summary>result.json (without eval)</summary>{_pre_json(rest)}</details>")
     return "".join(parts)
+
+
+def _run_facts(run: RunInfo) -> str:
+    i = run.ident
+    facts = [
+        ("status", str(i.get("status")) + (f" ({i['detail']})" if i.get("detail") else "")),
+        ("method", i.get("label")),
+        ("model", i.get("model")),
+        ("model parameters", i.get("model_params")),
+        ("task", i.get("task")),
+        ("seed", seed_text(i.get("seed")) or None),
+        ("setting", i.get("setting") or "(default)"),
+        ("steps", i.get("steps")),
+        ("wall time (s)", i.get("wall_time_s")),
+        ("run id", i.get("run_id")),
+        ("backend", i.get("backend")),
+        ("run directory", str(run.run_dir)),
+    ]
+    dl = "".join(
+        f"<dt>{esc(k)}</dt><dd>{esc('—' if v is None or (isinstance(v, float) and math.isnan(v)) else str(v))}</dd>"
+        for k, v in facts
+    )
+    return f"<dl class='facts'>{dl}</dl>"
+
+
+def _final_eval(run: RunInfo) -> str:
+    """The final eval per suite: the values the leaderboard aggregates."""
+    if run.final.empty:
+        return "<p class='notice'>No final eval: this run is not in the leaderboard.</p>"
+    rows = "".join(
+        f"<tr><td>{esc(str(r['column']))}</td><td>{esc(str(r['metric']))}</td>"
+        f"<td class='num' data-col='{esc(str(r['column']))}' data-value='{finite(r['value'])!r}'>"
+        f"{_num(r['value'])}</td><td class='num'>{esc(str(r['step']))}</td><td><code>{esc(str(r['protocol']))}"
+        f"</code></td><td>{esc(str(r['source']))}</td></tr>"
+        for _, r in run.final.iterrows()
+    )
+    return (
+        "<p>The values the leaderboard aggregates (percent).</p><table id='final-eval'><thead><tr>"
+        "<th>suite</th><th>metric</th><th>value (%)</th><th>step</th><th>protocol</th><th>from</th>"
+        f"</tr></thead><tbody>{rows}</tbody></table>"
+    )
+
+
+def _eval_steps(run: RunInfo) -> str:
+    """Every eval step's scores, folded ('' when the run was evaluated at one step only)."""
+    steps = run.evals.dropna(subset=["value"])
+    if steps["step"].nunique() <= 1:
+        return ""
+    piv = steps.pivot_table(index="step", columns="suite", values="value", aggfunc="first") * tbl.SCALE
+    head = "".join(f"<th>{esc(str(c))}</th>" for c in piv.columns)
+    body = "".join(
+        f"<tr><td class='num'>{esc(str(st))}</td>" + "".join(f"<td class='num'>{_num(v)}</td>" for v in row) + "</tr>"
+        for st, row in piv.iterrows()
+    )
+    return (
+        f"<details><summary>Every eval step ({len(piv)})</summary><table><thead><tr><th>step</th>{head}"
+        f"</tr></thead><tbody>{body}</tbody></table></details>"
+    )
+
+
+def _run_samples(run: RunInfo, samples_href) -> str:
+    """Links to the run's graded sample sets, or where they would come from."""
+    if not run.samples:
+        return (
+            "<p class='notice'>No graded samples in this run directory (<code>*.graded.jsonl</code> from "
+            "<code>harness eval --out</code>, e.g. of <code>harness export RUN_DIR</code>, placed under "
+            "the run's <code>eval/</code>).</p>"
+        )
+    items = []
+    for ss in run.samples:
+        shown = f"{len(ss.rows)} of {ss.total_rows}" if len(ss.rows) < ss.total_rows else f"{ss.total_rows}"
+        metric = ""
+        if ss.result:
+            prim = ss.result.get("primary")
+            val = finite((ss.result.get("metrics") or {}).get(prim))
+            metric = f"; {prim} {val * tbl.SCALE:.1f}% (results.json)" if val is not None else ""
+        items.append(
+            f'<li><a class="samples-link" href="{esc(samples_href(run, ss.suite))}">{esc(ss.suite)}</a>: '
+            f"{shown} graded samples, {ss.n_correct} right in those shown{metric}; from "
+            f"<code>{esc(str(ss.path.relative_to(run.run_dir)))}</code></li>"
+        )
+    return "<ul>" + "".join(items) + "</ul>"
 
 
 # ------------------------------------------------------------------ sample viewer

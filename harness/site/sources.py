@@ -14,7 +14,6 @@ Numbers are never recomputed here: cells show the csv record's values; a run's v
 
 from __future__ import annotations
 
-import gzip
 import io
 import json
 import math
@@ -25,6 +24,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from harness.io import jsonl_lines
 from harness.results import table as tbl
 from harness.results.collect import Collection, collect, final_evals, find_run_dirs
 
@@ -308,12 +308,6 @@ def find_samples(run_dir: Path, max_samples: int = MAX_SAMPLES) -> list[SampleSe
     return found
 
 
-def _open_text(path: Path):
-    if path.name.endswith(".gz"):
-        return gzip.open(path, "rt", encoding="utf-8", errors="replace")
-    return open(path, encoding="utf-8", errors="replace")
-
-
 def _clip(text) -> str:
     if text is None:
         return ""
@@ -361,46 +355,32 @@ def read_samples(path: Path, max_samples: int = MAX_SAMPLES) -> SampleSet:
     suite = name[: name.index(".graded.jsonl")]
     gen_path = path.with_name(f"{suite}.generations.jsonl")
     generations = {}
-    if gen_path.is_file():
-        with _open_text(gen_path) as f:
-            for line in f:
-                try:
-                    g = json.loads(line)
-                except json.JSONDecodeError:
-                    continue
-                if isinstance(g, dict) and isinstance(g.get("prompt"), str):
-                    generations[(g.get("id"), g.get("sample"))] = g["prompt"]
+    if gen_path.is_file():  # the prompts only: a line it cannot read costs a prompt, not the page
+        for _, g in jsonl_lines(gen_path, on_bad=lambda lineno, why: None):
+            if isinstance(g, dict) and isinstance(g.get("prompt"), str):
+                generations[(g.get("id"), g.get("sample"))] = g["prompt"]
     problems, rows, total, source = {}, [], 0, ""
-    with _open_text(path) as f:
-        for lineno, line in enumerate(f, start=1):
-            if not line.strip():
-                continue
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError as e:
-                raise ValueError(
-                    f"{path}:{lineno}: not a JSON line ({e.msg}); a graded file has one object a line"
-                ) from None
-            if not isinstance(row, dict) or "id" not in row or "correct" not in row:
-                raise ValueError(f"{path}:{lineno}: a graded row needs 'id' and 'correct' (harness eval's format)")
-            total += 1
-            if len(rows) >= max_samples:
-                continue
-            pid = str(row["id"])
-            if pid not in problems:
-                prompt, src = _prompt(row, generations)
-                source = source or src
-                problems[pid] = {"prompt": _clip(prompt) if prompt is not None else None, "gold": _gold(row)}
-            rows.append(
-                [
-                    pid,
-                    row.get("sample", 0),
-                    _clip(row.get("response")),
-                    bool(row["correct"]),
-                    _clip(row.get("pred")) if row.get("pred") is not None else None,
-                    _reason(row),
-                ]
-            )
+    for lineno, row in jsonl_lines(path):
+        if not isinstance(row, dict) or "id" not in row or "correct" not in row:
+            raise ValueError(f"{path}:{lineno}: a graded row needs 'id' and 'correct' (harness eval's format)")
+        total += 1
+        if len(rows) >= max_samples:
+            continue
+        pid = str(row["id"])
+        if pid not in problems:
+            prompt, src = _prompt(row, generations)
+            source = source or src
+            problems[pid] = {"prompt": _clip(prompt) if prompt is not None else None, "gold": _gold(row)}
+        rows.append(
+            [
+                pid,
+                row.get("sample", 0),
+                _clip(row.get("response")),
+                bool(row["correct"]),
+                _clip(row.get("pred")) if row.get("pred") is not None else None,
+                _reason(row),
+            ]
+        )
     results = _read_json(path.parent / "results.json") or {}
     suite_result = (results.get("suites") or {}).get(suite) if isinstance(results, dict) else None
     return SampleSet(

@@ -470,86 +470,103 @@ def _claims(runs: pd.DataFrame, baseline: str, sizes: list[str]) -> list[Claim]:
     claims = []
     for size in sizes:
         r = runs[(runs["model"] == size) & (runs["label"] == baseline)]
-        ratio = (r["h_end"] / r["h_start"]).to_numpy(float)
-        late = (r["s_end"] - r["s_two_thirds"]).to_numpy(float)
-        c = Claim("collapse", size, "collapse", f"{baseline} entropy collapses; held-out score flat late")
-        b = stats.log_ratio_ci(ratio, COLLAPSE_BAR)
-        c.tests = [
-            Check.of(f"end/start entropy < {COLLAPSE_BAR}", "qualitative", "below", b, "ratio"),
-            Check.mean(f"last-third score gain < {100 * FLAT_BAR:g} points", "quantitative", "below", late, FLAT_BAR),
-        ]
-        c.tests[1].unit = "points"
-        c.headline = f"end/start {b.estimate:.3g}; last-third gain {100 * _nanmean(late):+.1f} points"
-        claims.append(c)
+        claims += [_collapse_claim(r, size, baseline), _early_drop_claim(r, size), _early_gain_claim(r, size)]
+        claims += [*_law_claims(r, size), _prediction_claim(r, size)]
+    return claims + _rescue_claims(runs, baseline, sizes)
 
-        drop3, drop = r["h_start"] - r["h_third"], r["h_start"] - r["h_end"]
-        c = Claim("early_drop", size, "early", "most of the entropy drop by T/3 (paper: 94%)")
-        q = EARLY_DROP_PAPER - EARLY_TOLERANCE
-        c.tests = [
-            Check.mean("entropy drop > 0", "precondition", "above", drop, 0.0),
-            Check.mean(
-                f"drop by T/3 − {EARLY_QUALITATIVE}·drop > 0",
-                "qualitative",
-                "above",
-                _contrast(drop3, drop, EARLY_QUALITATIVE),
-                0.0,
-            ),
-            Check.mean(f"drop by T/3 − {q:.2f}·drop > 0", "quantitative", "above", _contrast(drop3, drop, q), 0.0),
-        ]
-        c.headline = f"fraction {_frac(drop3.mean(), drop.mean()):.2f} (of mean drops)"
-        claims.append(c)
 
-        gain3, gain = r["s_third"] - r["s_first"], r["s_end"] - r["s_first"]
-        c = Claim("early_gain", size, "early", "most of the held-out gain by T/3 (paper: > 93%)")
-        q = EARLY_GAIN_PAPER - EARLY_TOLERANCE
-        c.tests = [
-            Check.mean("held-out gain > 0", "precondition", "above", gain, 0.0),
-            Check.mean(
-                f"gain by T/3 − {EARLY_QUALITATIVE}·gain > 0",
-                "qualitative",
-                "above",
-                _contrast(gain3, gain, EARLY_QUALITATIVE),
-                0.0,
-            ),
-            Check.mean(f"gain by T/3 − {q:.2f}·gain > 0", "quantitative", "above", _contrast(gain3, gain, q), 0.0),
-        ]
-        for t in c.tests:
-            t.unit = "points"
-        c.headline = f"fraction {_frac(gain3.mean(), gain.mean()):.2f}; total gain {100 * gain.mean():+.1f} points"
-        claims.append(c)
+def _collapse_claim(r: pd.DataFrame, size: str, baseline: str) -> Claim:
+    """The baseline's entropy collapses (end/start below the bar) and its held-out score is flat late."""
+    ratio = (r["h_end"] / r["h_start"]).to_numpy(float)
+    late = (r["s_end"] - r["s_two_thirds"]).to_numpy(float)
+    c = Claim("collapse", size, "collapse", f"{baseline} entropy collapses; held-out score flat late")
+    b = stats.log_ratio_ci(ratio, COLLAPSE_BAR)
+    c.tests = [
+        Check.of(f"end/start entropy < {COLLAPSE_BAR}", "qualitative", "below", b, "ratio"),
+        Check.mean(f"last-third score gain < {100 * FLAT_BAR:g} points", "quantitative", "below", late, FLAT_BAR),
+    ]
+    c.tests[1].unit = "points"
+    c.headline = f"end/start {b.estimate:.3g}; last-third gain {100 * _nanmean(late):+.1f} points"
+    return c
 
-        c = Claim("law_fit", size, "law", "R = −a·exp(H) + b fits each run, a > 0")
-        c.tests = [
-            Check.mean("a > 0", "qualitative", "above", r["law_a"], 0.0),
-            Check.mean(f"R² > {LAW_R2_BAR}", "quantitative", "above", r["law_r2"], LAW_R2_BAR),
-        ]
-        c.headline = f"a {_nanmean(r['law_a']):.3g}, R² {_nanmean(r['law_r2']):.2f} (per run)"
-        claims.append(c)
 
-        c = Claim("law_form", size, "law", "exp(H) fits better than a line in H")
-        c.tests = [
-            Check.mean("RMSE(line) − RMSE(exp law) > 0", "qualitative", "above", r["rmse_lin"] - r["rmse_exp"], 0.0)
-        ]
-        c.tests[0].unit = "points"
-        c.headline = f"corr(exp H, H) {_nanmean(r['corr_exph_h']):.4f} (per run)"
-        claims.append(c)
+def _early_drop_claim(r: pd.DataFrame, size: str) -> Claim:
+    """Most of the baseline's entropy drop happens by T/3."""
+    drop3, drop = r["h_start"] - r["h_third"], r["h_start"] - r["h_end"]
+    statement = "most of the entropy drop by T/3 (paper: 94%)"
+    c = _early_claim("early_drop", size, statement, "drop", "entropy drop", drop3, drop, EARLY_DROP_PAPER)
+    c.headline = f"fraction {_frac(drop3.mean(), drop.mean()):.2f} (of mean drops)"
+    return c
 
-        e_law = (r["s_end"] - r["pred_early"]).abs()
-        e_naive = (r["s_end"] - r["s_third"]).abs()
-        c = Claim("prediction", size, "prediction", "a run's first-third fit predicts its final score (paper ~1 point)")
-        c.tests = [
-            Check.mean(
-                "|error| of the score at T/3 − |error| of the fit > 0", "qualitative", "above", e_naive - e_law, 0.0
-            ),
-            Check.mean(
-                f"|error| of the fit < {100 * PREDICT_BAR:g} points", "quantitative", "below", e_law, PREDICT_BAR
-            ),
-        ]
-        for t in c.tests:
-            t.unit = "points"
-        c.headline = f"mean |error| {100 * _nanmean(e_law):.1f} points (no-change: {100 * _nanmean(e_naive):.1f})"
-        claims.append(c)
 
+def _early_gain_claim(r: pd.DataFrame, size: str) -> Claim:
+    """Most of the baseline's held-out gain happens by T/3."""
+    gain3, gain = r["s_third"] - r["s_first"], r["s_end"] - r["s_first"]
+    statement = "most of the held-out gain by T/3 (paper: > 93%)"
+    c = _early_claim("early_gain", size, statement, "gain", "held-out gain", gain3, gain, EARLY_GAIN_PAPER)
+    for t in c.tests:
+        t.unit = "points"
+    c.headline = f"fraction {_frac(gain3.mean(), gain.mean()):.2f}; total gain {100 * gain.mean():+.1f} points"
+    return c
+
+
+def _early_claim(name, size, statement, what: str, total_name: str, by_third, total, paper: float) -> Claim:
+    """Most of a change (``what``: the entropy drop, the held-out gain) happens by T/3: the change is positive,
+    and its part by T/3 exceeds ``EARLY_QUALITATIVE`` (qualitative) and the paper's fraction less the tolerance
+    (quantitative) of the whole, tested as per-run contrasts."""
+    c = Claim(name, size, "early", statement)
+    q = paper - EARLY_TOLERANCE
+    c.tests = [
+        Check.mean(f"{total_name} > 0", "precondition", "above", total, 0.0),
+        Check.mean(
+            f"{what} by T/3 − {EARLY_QUALITATIVE}·{what} > 0",
+            "qualitative",
+            "above",
+            _contrast(by_third, total, EARLY_QUALITATIVE),
+            0.0,
+        ),
+        Check.mean(f"{what} by T/3 − {q:.2f}·{what} > 0", "quantitative", "above", _contrast(by_third, total, q), 0.0),
+    ]
+    return c
+
+
+def _law_claims(r: pd.DataFrame, size: str) -> list[Claim]:
+    """The entropy law fits each run (a > 0, R² above the bar), and better than a line in H."""
+    fit = Claim("law_fit", size, "law", "R = −a·exp(H) + b fits each run, a > 0")
+    fit.tests = [
+        Check.mean("a > 0", "qualitative", "above", r["law_a"], 0.0),
+        Check.mean(f"R² > {LAW_R2_BAR}", "quantitative", "above", r["law_r2"], LAW_R2_BAR),
+    ]
+    fit.headline = f"a {_nanmean(r['law_a']):.3g}, R² {_nanmean(r['law_r2']):.2f} (per run)"
+    form = Claim("law_form", size, "law", "exp(H) fits better than a line in H")
+    form.tests = [
+        Check.mean("RMSE(line) − RMSE(exp law) > 0", "qualitative", "above", r["rmse_lin"] - r["rmse_exp"], 0.0)
+    ]
+    form.tests[0].unit = "points"
+    form.headline = f"corr(exp H, H) {_nanmean(r['corr_exph_h']):.4f} (per run)"
+    return [fit, form]
+
+
+def _prediction_claim(r: pd.DataFrame, size: str) -> Claim:
+    """A run's first-third law fit predicts its final score, better than the score at T/3 does."""
+    e_law = (r["s_end"] - r["pred_early"]).abs()
+    e_naive = (r["s_end"] - r["s_third"]).abs()
+    c = Claim("prediction", size, "prediction", "a run's first-third fit predicts its final score (paper ~1 point)")
+    c.tests = [
+        Check.mean(
+            "|error| of the score at T/3 − |error| of the fit > 0", "qualitative", "above", e_naive - e_law, 0.0
+        ),
+        Check.mean(f"|error| of the fit < {100 * PREDICT_BAR:g} points", "quantitative", "below", e_law, PREDICT_BAR),
+    ]
+    for t in c.tests:
+        t.unit = "points"
+    c.headline = f"mean |error| {100 * _nanmean(e_law):.1f} points (no-change: {100 * _nanmean(e_naive):.1f})"
+    return c
+
+
+def _rescue_claims(runs: pd.DataFrame, baseline: str, sizes: list[str]) -> list[Claim]:
+    """Each other method ends with more entropy and a higher held-out score than the baseline (paired by seed)."""
+    claims = []
     base = runs[runs["label"] == baseline]
     for (size, label), g in runs[runs["label"] != baseline].groupby(["model", "label"]):
         if size not in sizes:
@@ -692,35 +709,58 @@ def _iv(d, scale: float = 1.0, fmt: str = "{:.2f}") -> str:
 
 def summary_markdown(res: dict) -> str:
     """mechanism.md: the numbers of mechanism.json as tables (scores in percent points)."""
-    g = lambda v, f="{:.3g}": "—" if v is None else f.format(v)  # noqa: E731
+    out = _header_md(res) + _sizes_md(res) + _law_by_algorithm_md(res) + _size_trend_md(res)
+    out += _cov_md(res) + _selection_md(res) + _rescue_md(res)
+    return "\n".join(out) + "\n"
+
+
+def _g(v, f: str = "{:.3g}") -> str:
+    return "—" if v is None else f.format(v)
+
+
+def _pts(v):
+    return None if v is None else 100 * v
+
+
+def _header_md(res: dict) -> list[str]:
+    """The verdicts and what the numbers are (score, entropy, ΔH, baseline, steps, seeds, intervals)."""
     delta = (
         f"`{res['delta_key']}` (the update's change on the trained batch)" if res.get("delta_key") else "H[t+1] − H[t]"
     )
-    out = [
+    return [
         verdict_markdown([("Verdicts", res["verdicts"])]),
         "",
         f"Score: `{res['score_key']}` (percent below); entropy H: `{res['entropy_key']}`; ΔH: {delta}; baseline "
         f"`{res['baseline']}`; {res['steps']} steps; up to {res['seeds']} seeds per (size, method); intervals = "
         "95% Student-t over seeds.",
         "",
+    ]
+
+
+def _sizes_md(res: dict) -> list[str]:
+    """One row per size: collapse, early fractions, the pooled law, prediction and score spread."""
+    out = [
         "| size | params | GRPO end/start entropy | held-out gain: last third / total (points) | collapsed "
         "| early: entropy drop | early: gain | law a | law b | law R² | points | prediction RMSE (points, runs) "
         "| final-score sd (points) |",
         "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
-    pts = lambda v: None if v is None else 100 * v  # noqa: E731
     for size, v in res["sizes"].items():
         law = v.get("law") or {}
         out.append(
-            f"| {size} | {g(v['model_params'], '{:.3g}')} | {_iv(v['grpo_entropy_ratio'])} | "
+            f"| {size} | {_g(v['model_params'], '{:.3g}')} | {_iv(v['grpo_entropy_ratio'])} | "
             f"{_iv(v['late_gain'], 100, '{:+.1f}')} / {_iv(v['total_gain'], 100, '{:+.1f}')} | "
             f"{'yes' if v['collapsed'] else 'no'} | "
             f"{_iv(v['early_fraction']['entropy_drop'])} | {_iv(v['early_fraction']['gain'])} | "
-            f"{g(law.get('a'))} | {g(law.get('b'))} | {g(law.get('r2'), '{:.2f}')} | {law.get('n', '—')} | "
-            f"{g(pts(v['prediction_rmse']), '{:.1f}')} ({v['prediction_n']}) | "
-            f"{g(pts(v.get('final_score_sd')), '{:.1f}')} |"
+            f"{_g(law.get('a'))} | {_g(law.get('b'))} | {_g(law.get('r2'), '{:.2f}')} | {law.get('n', '—')} | "
+            f"{_g(_pts(v['prediction_rmse']), '{:.1f}')} ({v['prediction_n']}) | "
+            f"{_g(_pts(v.get('final_score_sd')), '{:.1f}')} |"
         )
-    out += [
+    return out
+
+
+def _law_by_algorithm_md(res: dict) -> list[str]:
+    out = [
         "",
         "Law per algorithm (one law for all? compare the pooled fit's RMSE on that algorithm's points with "
         "its own fit's):",
@@ -731,31 +771,41 @@ def summary_markdown(res: dict) -> str:
     for size, v in res["sizes"].items():
         for alg, w in v["law_by_algorithm"].items():
             out.append(
-                f"| {size} | {alg} | {g(w['a'])} | {g(w['b'])} | {g(w['r2'], '{:.2f}')} | {w['n']} | "
-                f"{g(w['rmse_own'])} | {g(w['rmse_pooled'])} |"
+                f"| {size} | {alg} | {_g(w['a'])} | {_g(w['b'])} | {_g(w['r2'], '{:.2f}')} | {w['n']} | "
+                f"{_g(w['rmse_own'])} | {_g(w['rmse_pooled'])} |"
             )
+    return out
+
+
+def _size_trend_md(res: dict) -> list[str]:
     t = res.get("size_trend")
-    if t:
-        out += [
-            "",
-            f"a = {t['a_slope']:.3g}·log10(N) + {t['a_intercept']:.3g} (R² {g(t['a_r2'], '{:.2f}')}); "
-            f"b = {t['b_slope']:.3g}·log10(N) + {t['b_intercept']:.3g} (R² {g(t['b_r2'], '{:.2f}')}), "
-            f"{t['n_sizes']} sizes.",
-        ]
+    if not t:
+        return []
+    return [
+        "",
+        f"a = {t['a_slope']:.3g}·log10(N) + {t['a_intercept']:.3g} (R² {_g(t['a_r2'], '{:.2f}')}); "
+        f"b = {t['b_slope']:.3g}·log10(N) + {t['b_intercept']:.3g} (R² {_g(t['b_r2'], '{:.2f}')}), "
+        f"{t['n_sizes']} sizes.",
+    ]
+
+
+def _cov_md(res: dict) -> list[str]:
+    """ΔH against the covariance term: pooled, by quarter and by method; then per run and covariance form."""
+    out = []
     c = res.get("cov_vs_entropy_change")
     if c:
         per = ", ".join(
-            f"{m} {g(w['pearson_r'], '{:.2f}')} (partial {g(w.get('partial_r_given_entropy'), '{:.2f}')}, n={w['n']})"
+            f"{m} {_g(w['pearson_r'], '{:.2f}')} (partial {_g(w.get('partial_r_given_entropy'), '{:.2f}')}, n={w['n']})"
             for m, w in c["by_method"].items()
         )
-        quarters = " / ".join(g(r, "{:+.2f}") for r in c.get("by_quarter") or [])
+        quarters = " / ".join(_g(r, "{:+.2f}") for r in c.get("by_quarter") or [])
         out += [
             "",
-            f"ΔH vs cov/term of the same step: Pearson r = {g(c['pearson_r'], '{:.2f}')}, slope "
-            f"{g(c['slope'])}, n = {c['n']} steps (Theorem 1 predicts r < 0); by quarter of training "
+            f"ΔH vs cov/term of the same step: Pearson r = {_g(c['pearson_r'], '{:.2f}')}, slope "
+            f"{_g(c['slope'])}, n = {c['n']} steps (Theorem 1 predicts r < 0); by quarter of training "
             f"{quarters}; partial r given the states' entropy "
-            f"{g(c.get('partial_r_given_entropy'), '{:.2f}')}; r of the curves in blocks of "
-            f"{c.get('block_steps')} steps {g(c.get('block_r'), '{:.2f}')}. By method: {per}.",
+            f"{_g(c.get('partial_r_given_entropy'), '{:.2f}')}; r of the curves in blocks of "
+            f"{c.get('block_steps')} steps {_g(c.get('block_r'), '{:.2f}')}. By method: {per}.",
         ]
     per = (c or {}).get("per_run") or {}
     if per:
@@ -771,25 +821,34 @@ def summary_markdown(res: dict) -> str:
             for form, w in forms.items():
                 r = w["r"]
                 out.append(
-                    f"| {meth} | {form} | {g(r['estimate'], '{:+.2f}')} [{g(r['lo'], '{:+.2f}')}, "
-                    f"{g(r['hi'], '{:+.2f}')}] | {_iv(w['slope'], 1.0, '{:+.3g}')} | {w['n_runs']} |"
+                    f"| {meth} | {form} | {_g(r['estimate'], '{:+.2f}')} [{_g(r['lo'], '{:+.2f}')}, "
+                    f"{_g(r['hi'], '{:+.2f}')}] | {_iv(w['slope'], 1.0, '{:+.3g}')} | {w['n_runs']} |"
                 )
-    if res.get("selection"):
-        out += [
-            "",
-            "Selected tokens (KL-Cov / Clip-Cov): nominal fraction beside the effective one (mean over steps "
-            "of selected/frac, mean ± CI over runs):",
-            "",
-            "| method | size | hparam | scope | nominal | effective | tokens per step |",
-            "|---|---|---|---|---|---|---|",
-        ]
-        for meth, by in res["selection"].items():
-            for size, w in by.items():
-                out.append(
-                    f"| {meth} | {size} | {w['hparam']} | {w.get('scope') or 'micro_batch'} | {w['nominal']:g} | "
-                    f"{_iv(w['effective'], 1.0, '{:.3g}')} | {_iv(w['count_per_step'], 1.0, '{:.3g}')} |"
-                )
-    out += [
+    return out
+
+
+def _selection_md(res: dict) -> list[str]:
+    if not res.get("selection"):
+        return []
+    out = [
+        "",
+        "Selected tokens (KL-Cov / Clip-Cov): nominal fraction beside the effective one (mean over steps "
+        "of selected/frac, mean ± CI over runs):",
+        "",
+        "| method | size | hparam | scope | nominal | effective | tokens per step |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for meth, by in res["selection"].items():
+        for size, w in by.items():
+            out.append(
+                f"| {meth} | {size} | {w['hparam']} | {w.get('scope') or 'micro_batch'} | {w['nominal']:g} | "
+                f"{_iv(w['effective'], 1.0, '{:.3g}')} | {_iv(w['count_per_step'], 1.0, '{:.3g}')} |"
+            )
+    return out
+
+
+def _rescue_md(res: dict) -> list[str]:
+    out = [
         "",
         "Rescue vs the baseline, paired by seed (end entropy ratio; final score difference in points):",
         "",
@@ -800,8 +859,8 @@ def summary_markdown(res: dict) -> str:
         for size, v in by.items():
             lr = v.get("entropy_end_vs_grpo_log") or {}
             ratio = (
-                f"{g(lr.get('estimate'), '{:.2f}')} [{g(lr.get('lo'), '{:.2f}')}, {g(lr.get('hi'), '{:.2f}')}] "
+                f"{_g(lr.get('estimate'), '{:.2f}')} [{_g(lr.get('lo'), '{:.2f}')}, {_g(lr.get('hi'), '{:.2f}')}] "
                 f"(n={lr.get('n')})"
             )
             out.append(f"| {m} | {size} | {ratio} | {_iv(v['score_delta_vs_grpo'], 100, '{:+.1f}')} |")
-    return "\n".join(out) + "\n"
+    return out

@@ -10,7 +10,8 @@ Modules, one job each (dotted key paths live in ``harness.run.keypaths``): ``spe
 (resource keys -> submitit parameters), ``expand`` (grid x zip x seeds - exclude -> cells, ids, aliases),
 ``cells`` (the cell directory: materialise, job records), ``job`` (what runs inside a job), ``submit``
 (job arrays per resource group), ``status`` (pending/running/done/failed from the cell directories and
-the scheduler); the commands ``harness sweep`` and ``harness status`` live in ``harness.commands.sweep``.
+the scheduler); the commands ``harness sweep`` and ``harness status`` live in ``harness.commands.sweep`` and
+``harness.commands.status``.
 """
 
 from harness.sweeps.cells import cell_dir

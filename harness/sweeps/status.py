@@ -24,6 +24,7 @@ from pathlib import Path
 from harness.run import rundir
 from harness.run.metrics import COMPLETED, FINISHED
 from harness.sweeps import cells as C
+from harness.sweeps.expand import Cell
 
 _PROGRESS = re.compile(r"\d+%\|.*\|\s*\d+/\d+|\[\d+:\d+(<[\d:?]+)?,")  # tqdm bar lines are not errors
 STATES = ("pending", "running", "done", "failed", "unknown")
@@ -253,6 +254,19 @@ def statuses(dirs: list[Path]) -> list[CellStatus]:
             slurm_ids.append(job["job_id"])
     slurm = sacct_states(slurm_ids) if slurm_ids else {}
     return [cell_status(d, slurm) for d in dirs]
+
+
+def not_submitted(cell: Cell, runs_dir: Path) -> CellStatus:
+    """A cell of the spec whose directory is not written yet."""
+    return CellStatus(C.cell_dir(runs_dir, cell), cell.id, cell.alias, "pending", detail="not submitted")
+
+
+def cell_statuses(cells: list[Cell], runs_dir: Path) -> list[CellStatus]:
+    """Status of each of ``cells`` under ``runs_dir``, in their order; a cell not written yet is pending."""
+    dirs = [C.cell_dir(runs_dir, c) for c in cells]
+    have = [d for d in dirs if (d / C.CELL_FILE).exists()]
+    by_dir = {r.dir: r for r in statuses(have)} if have else {}
+    return [by_dir.get(d) or not_submitted(c, runs_dir) for c, d in zip(cells, dirs)]
 
 
 def sweep_status(runs_dir: Path) -> list[CellStatus]:

@@ -46,6 +46,17 @@ class SubmitReport:
     refused: dict[str, str] = field(default_factory=dict)  # cell id -> the scheduler's message
     job_ids: dict[str, str] = field(default_factory=dict)  # cell id -> job id of this submission
 
+    def went_out(self, cell, cell_dir, job_id: str, executor: str, folder: Path, group: str) -> None:
+        """``cell`` was submitted as job ``job_id``: recorded in its directory (jobs.jsonl) and here."""
+        C.record_job(Path(cell_dir), job_id, executor, folder / "%j", group)
+        self.submitted.append(cell.id)
+        self.job_ids[cell.id] = job_id
+
+    def refusal(self, cell, cell_dir, message: str) -> None:
+        """The scheduler refused ``cell``: recorded in its directory (submit_error.json, status failed) and here."""
+        C.record_submit_error(Path(cell_dir), message, "slurm")
+        self.refused[cell.id] = message
+
 
 def make_executor(executor: str, folder: Path, resources: dict, name: str) -> submitit.AutoExecutor:
     ex = submitit.AutoExecutor(folder=str(folder / "%j"), cluster=executor, **executor_kwargs(resources, executor))
@@ -125,15 +136,12 @@ def _submit_units(ex, units, runs_dir, folder, gname, report, log) -> None:
         message = str(e).strip() or type(e).__name__
         for u, a in zip(units, args):
             for c, d in zip(u.cells, a):
-                C.record_submit_error(Path(d), message, "slurm")
-                report.refused[c.id] = message
+                report.refusal(c, d, message)
         log(f"sbatch refused group {gname}: {message}")
         return
     for u, a, job in zip(units, args, jobs):
         for c, d in zip(u.cells, a):
-            C.record_job(Path(d), job.job_id, "slurm", folder / "%j", gname)
-            report.submitted.append(c.id)
-            report.job_ids[c.id] = job.job_id
+            report.went_out(c, d, job.job_id, "slurm", folder, gname)
     log(f"submitted group {gname}: {sum(len(u.cells) for u in units)} cells as {len(jobs)} jobs")
 
 
@@ -143,14 +151,11 @@ def _submit_array(ex, group, dirs, target, folder, gname, report, log) -> None:
     except Exception as e:  # noqa: BLE001 - sbatch's refusal: show it, mark the cells, go on
         message = str(e).strip() or type(e).__name__
         for c, d in zip(group, dirs):
-            C.record_submit_error(d, message, "slurm")
-            report.refused[c.id] = message
+            report.refusal(c, d, message)
         log(f"sbatch refused group {gname} ({len(group)} cells, e.g. {group[0].alias}): {message}")
         return
     for c, d, job in zip(group, dirs, jobs):
-        C.record_job(d, job.job_id, "slurm", folder / "%j", gname)
-        report.submitted.append(c.id)
-        report.job_ids[c.id] = job.job_id
+        report.went_out(c, d, job.job_id, "slurm", folder, gname)
     log(f"submitted group {gname}: {len(group)} cells as array job {jobs[0].job_id.split('_')[0]}")
 
 
@@ -207,9 +212,7 @@ def _run_local(ex, units, runs_dir, target, folder, gname, report, parallel, bar
                 with _own_session():
                     job, dirs = _submit_unit(ex, unit, runs_dir, target)
                 for c, d in zip(unit.cells, dirs):
-                    C.record_job(d, job.job_id, "local", folder / "%j", gname)
-                    report.submitted.append(c.id)
-                    report.job_ids[c.id] = job.job_id
+                    report.went_out(c, d, job.job_id, "local", folder, gname)
                 running.append((job, dirs))
             time.sleep(0.2)
             finished = [(j, d) for j, d in running if j.done()]
@@ -253,9 +256,7 @@ def _run_debug(ex, units, runs_dir, target, folder, gname, report, bar) -> None:
     for unit in units:
         job, dirs = _submit_unit(ex, unit, runs_dir, target)
         for c, d in zip(unit.cells, dirs):
-            C.record_job(d, job.job_id, "debug", folder / "%j", gname)
-            report.submitted.append(c.id)
-            report.job_ids[c.id] = job.job_id
+            report.went_out(c, d, job.job_id, "debug", folder, gname)
         try:
             job.result()
         except Exception:  # noqa: BLE001 - the job wrote job_error.json; status reports it

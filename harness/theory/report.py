@@ -233,109 +233,112 @@ def markdown(report: dict) -> str:
 
 
 def figures(report: dict, out: str) -> None:
+    """One figure per claim that has one (``FIGURES``), from its evidence, into ``out``."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     by = {c["id"]: c for c in report["claims"]}
-    if "thm_iv1" in by:
-        e = by["thm_iv1"]["evidence"]
-        eta = np.array(e["etas"])
-        fig, ax = plt.subplots(figsize=(5, 3.6))
-        for name, errs in e["error_curve_seed0"].items():
-            ax.loglog(eta, errs, "o-", label=f"{name} PG: |dH - first-order|")
-        ref = e["error_curve_seed0"]["vanilla"][0] * (eta / eta[0]) ** 2
-        ax.loglog(eta, ref, "k--", lw=0.8, label="slope 2")
-        ax.set_xlabel("step size eta")
-        ax.set_ylabel("error of -eta Cov prediction")
-        ax.set_title("Theorem IV.1: first-order error is O(eta^2)")
-        ax.legend(fontsize=7)
-        fig.tight_layout()
-        _savefig(fig, os.path.join(out, "first_order.png"))
-        plt.close(fig)
-    if "thm_v1" in by:
-        sw = by["thm_v1"]["evidence"]["sweep"]
-        mp = np.array(sw["max_pi"])
-        fig, ax = plt.subplots(figsize=(5, 3.6))
-        ax.loglog(
-            mp,
-            np.array(sw["Var(log pi)"]) / np.array(sw["measured"]),
-            "o",
-            ms=4,
-            label="Var(log pi) / measured extra term",
-        )
-        ax.loglog(
-            mp, np.array(sw["exact"]) / np.array(sw["measured"]), "s", ms=3, label="sum pi^2 (log pi - mu)^2 / measured"
-        )
-        xs = np.logspace(np.log10(mp.min()), 0, 50)
-        ax.loglog(xs, 1 / xs, "k:", lw=0.8, label="1 / max pi (lower bound of the first ratio)")
-        ax.set_xlabel("max_a pi_a")
-        ax.set_ylabel("predicted / measured")
-        ax.set_title("Thm V.1: predicted / measured extra entropy term", fontsize=10)
-        ax.legend(fontsize=7)
-        fig.tight_layout()
-        _savefig(fig, os.path.join(out, "entropy_reg_term.png"))
-        plt.close(fig)
-    if "cor_v1" in by:
-        curves = by["cor_v1"]["evidence"]["curves"]
-        fig, axes = plt.subplots(1, 2, figsize=(9, 3.6))
-        for (key, c), color in zip(curves.items(), ("C0", "C3")):
-            a = np.array(c["alpha"])
-            axes[0].semilogx(a, c["entropy_after_T"], "o-", ms=3, color=color, label=f"{key}: after 300 steps")
-            axes[0].semilogx(a, c["stationary_entropy"], ":", color=color, label=f"{key}: stationary")
-            axes[1].semilogx(a, c["gap_after_T_over_scale"], "o-", ms=3, color=color, label=f"{key}: after 300 steps")
-            axes[1].semilogx(a, c["stationary_gap_over_scale"], ":", color=color, label=f"{key}: stationary")
-        axes[0].set_ylabel("policy entropy")
-        axes[1].set_ylabel("reward gap / reward scale")
-        for ax in axes:
-            ax.set_xlabel("entropy coefficient alpha")
-            ax.legend(fontsize=6)
-        fig.suptitle("Corollary V.1: alpha sensitivity (K=100 bandit)")
-        fig.tight_layout()
-        _savefig(fig, os.path.join(out, "alpha_sensitivity.png"))
-        plt.close(fig)
-    if "thm_vii4" in by:
-        reg = by["thm_vii4"]["evidence"]["entropy_reg"]
-        fig, ax = plt.subplots(figsize=(5, 3.6))
-        for key, v in reg.items():
-            ax.hist(np.log10(v["ratios"]), bins=40, histtype="step", lw=1.5, label=key.replace("_", " = "))
-        ax.axvline(0, color="k", lw=0.8)
-        ax.set_xlabel("log10(gamma_reg / gamma_base); > 0: wider margin")
-        ax.set_ylabel("bandit instances")
-        ax.set_title("Theorem VII.4: stability margin with entropy regularisation", fontsize=10)
-        ax.legend(fontsize=7)
-        fig.tight_layout()
-        _savefig(fig, os.path.join(out, "stability_margin.png"))
-        plt.close(fig)
-    if "park_cliplow" in by:
-        configs = by["park_cliplow"]["evidence"]["configs_peaked"]
-        fig, ax = plt.subplots(figsize=(5.5, 3.8))
-        for name, c in configs.items():
-            ax.plot(c["entropy_curve"], label=name)
-        ax.set_xlabel("rollout")
-        ax.set_ylabel("policy entropy (nats)")
-        ax.set_title("Clip-low vs clip-high with random rewards (bandit)", fontsize=10)
-        ax.legend(fontsize=7)
-        fig.tight_layout()
-        _savefig(fig, os.path.join(out, "cliplow.png"))
-        plt.close(fig)
-    if "thm_vii3" in by:
-        curves = by["thm_vii3"]["evidence"]["curves"]
-        fig, ax = plt.subplots(figsize=(5.5, 3.8))
-        for name, gaps in curves.items():
-            ax.loglog(np.arange(1, len(gaps) + 1), gaps, label=name)
-        ax.axhline(
-            by["thm_vii3"]["evidence"]["entropy_bonus_stationary_gap_softmax(r/alpha)"],
-            color="k",
-            ls=":",
-            lw=0.8,
-            label="softmax(r/alpha) gap",
-        )
-        ax.set_xlabel("rollout")
-        ax.set_ylabel("reward gap to optimum")
-        ax.set_title("Theorem VII.3: bias of each method")
+    for claim_id, (draw, name) in FIGURES.items():
+        if claim_id in by:
+            fig = draw(plt, by[claim_id]["evidence"])
+            fig.tight_layout()
+            _savefig(fig, os.path.join(out, name))
+            plt.close(fig)
+
+
+def _first_order_figure(plt, e: dict):
+    eta = np.array(e["etas"])
+    fig, ax = plt.subplots(figsize=(5, 3.6))
+    for name, errs in e["error_curve_seed0"].items():
+        ax.loglog(eta, errs, "o-", label=f"{name} PG: |dH - first-order|")
+    ref = e["error_curve_seed0"]["vanilla"][0] * (eta / eta[0]) ** 2
+    ax.loglog(eta, ref, "k--", lw=0.8, label="slope 2")
+    ax.set_xlabel("step size eta")
+    ax.set_ylabel("error of -eta Cov prediction")
+    ax.set_title("Theorem IV.1: first-order error is O(eta^2)")
+    ax.legend(fontsize=7)
+    return fig
+
+
+def _entropy_reg_figure(plt, e: dict):
+    sw = e["sweep"]
+    mp = np.array(sw["max_pi"])
+    fig, ax = plt.subplots(figsize=(5, 3.6))
+    ratio = np.array(sw["Var(log pi)"]) / np.array(sw["measured"])
+    ax.loglog(mp, ratio, "o", ms=4, label="Var(log pi) / measured extra term")
+    ax.loglog(
+        mp, np.array(sw["exact"]) / np.array(sw["measured"]), "s", ms=3, label="sum pi^2 (log pi - mu)^2 / measured"
+    )
+    xs = np.logspace(np.log10(mp.min()), 0, 50)
+    ax.loglog(xs, 1 / xs, "k:", lw=0.8, label="1 / max pi (lower bound of the first ratio)")
+    ax.set_xlabel("max_a pi_a")
+    ax.set_ylabel("predicted / measured")
+    ax.set_title("Thm V.1: predicted / measured extra entropy term", fontsize=10)
+    ax.legend(fontsize=7)
+    return fig
+
+
+def _alpha_figure(plt, e: dict):
+    fig, axes = plt.subplots(1, 2, figsize=(9, 3.6))
+    for (key, c), color in zip(e["curves"].items(), ("C0", "C3")):
+        a = np.array(c["alpha"])
+        axes[0].semilogx(a, c["entropy_after_T"], "o-", ms=3, color=color, label=f"{key}: after 300 steps")
+        axes[0].semilogx(a, c["stationary_entropy"], ":", color=color, label=f"{key}: stationary")
+        axes[1].semilogx(a, c["gap_after_T_over_scale"], "o-", ms=3, color=color, label=f"{key}: after 300 steps")
+        axes[1].semilogx(a, c["stationary_gap_over_scale"], ":", color=color, label=f"{key}: stationary")
+    axes[0].set_ylabel("policy entropy")
+    axes[1].set_ylabel("reward gap / reward scale")
+    for ax in axes:
+        ax.set_xlabel("entropy coefficient alpha")
         ax.legend(fontsize=6)
-        fig.tight_layout()
-        _savefig(fig, os.path.join(out, "unbiasedness.png"))
-        plt.close(fig)
+    fig.suptitle("Corollary V.1: alpha sensitivity (K=100 bandit)")
+    return fig
+
+
+def _stability_figure(plt, e: dict):
+    fig, ax = plt.subplots(figsize=(5, 3.6))
+    for key, v in e["entropy_reg"].items():
+        ax.hist(np.log10(v["ratios"]), bins=40, histtype="step", lw=1.5, label=key.replace("_", " = "))
+    ax.axvline(0, color="k", lw=0.8)
+    ax.set_xlabel("log10(gamma_reg / gamma_base); > 0: wider margin")
+    ax.set_ylabel("bandit instances")
+    ax.set_title("Theorem VII.4: stability margin with entropy regularisation", fontsize=10)
+    ax.legend(fontsize=7)
+    return fig
+
+
+def _cliplow_figure(plt, e: dict):
+    fig, ax = plt.subplots(figsize=(5.5, 3.8))
+    for name, c in e["configs_peaked"].items():
+        ax.plot(c["entropy_curve"], label=name)
+    ax.set_xlabel("rollout")
+    ax.set_ylabel("policy entropy (nats)")
+    ax.set_title("Clip-low vs clip-high with random rewards (bandit)", fontsize=10)
+    ax.legend(fontsize=7)
+    return fig
+
+
+def _unbiasedness_figure(plt, e: dict):
+    fig, ax = plt.subplots(figsize=(5.5, 3.8))
+    for name, gaps in e["curves"].items():
+        ax.loglog(np.arange(1, len(gaps) + 1), gaps, label=name)
+    gap = e["entropy_bonus_stationary_gap_softmax(r/alpha)"]
+    ax.axhline(gap, color="k", ls=":", lw=0.8, label="softmax(r/alpha) gap")
+    ax.set_xlabel("rollout")
+    ax.set_ylabel("reward gap to optimum")
+    ax.set_title("Theorem VII.3: bias of each method")
+    ax.legend(fontsize=6)
+    return fig
+
+
+# claim id -> (its figure from the claim's evidence, file name); drawn in this order
+FIGURES = {
+    "thm_iv1": (_first_order_figure, "first_order.png"),
+    "thm_v1": (_entropy_reg_figure, "entropy_reg_term.png"),
+    "cor_v1": (_alpha_figure, "alpha_sensitivity.png"),
+    "thm_vii4": (_stability_figure, "stability_margin.png"),
+    "park_cliplow": (_cliplow_figure, "cliplow.png"),
+    "thm_vii3": (_unbiasedness_figure, "unbiasedness.png"),
+}

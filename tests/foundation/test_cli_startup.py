@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.commands.results import FORMATS
+from harness.commands.table import FORMATS
 
 ROOT = Path(__file__).resolve().parents[2]
 

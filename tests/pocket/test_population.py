@@ -10,6 +10,7 @@ import signal
 import subprocess
 import sys
 import time
+import traceback
 from pathlib import Path
 
 import pytest
@@ -84,7 +85,7 @@ def population_of_every_method(cache, tmp_path_factory):
     trainers = [PocketTrainer(_config(cache, m), root / m, log=_quiet) for m in METHODS]
     results = Population(trainers, log=_quiet).run()
     failed = {m: r for m, r in zip(METHODS, results) if isinstance(r, BaseException)}
-    assert not failed, {m: getattr(e, "population_traceback", repr(e)) for m, e in failed.items()}
+    assert not failed, {m: "".join(traceback.format_exception(e)) for m, e in failed.items()}
     return root
 
 
@@ -122,7 +123,7 @@ def _mixed(cache, steps=3, **train):
 def _run(configs, root: Path, names) -> None:
     results = Population([PocketTrainer(c, root / n, log=_quiet) for c, n in zip(configs, names)], log=_quiet).run()
     for r in results:
-        assert not isinstance(r, BaseException), getattr(r, "population_traceback", r)
+        assert not isinstance(r, BaseException), "".join(traceback.format_exception(r))
 
 
 def _weights(run_dir: Path) -> dict:

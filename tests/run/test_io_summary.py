@@ -27,7 +27,7 @@ def test_jsonl_survives_a_torn_last_line_and_nan_becomes_null(tmp_path):
         f.write('{"step": 3, "x"')  # killed mid-write
     assert read_jsonl(p) == [{"step": 1, "x": None}, {"step": 2, "x": 1.5}]
     p.write_text('{"step": 1}\nnot json\n{"step": 2}\n')
-    with pytest.raises(ValueError, match="line 2 is not valid JSON"):
+    with pytest.raises(ValueError, match=r"m.jsonl:2: not valid JSON"):
         read_jsonl(p)
     atomic_write_json(tmp_path / "r.json", {"a": float("inf")})
     assert json.loads((tmp_path / "r.json").read_text()) == {"a": None}

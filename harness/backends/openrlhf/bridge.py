@@ -12,8 +12,9 @@ import os
 from pathlib import Path
 
 from harness.evals.result import SuiteResult
-from harness.io import append_jsonl, atomic_write_json, read_jsonl
-from harness.run.records import RunResult, result_payload, summarize_metrics, task_label
+from harness.io import append_jsonl, read_jsonl
+from harness.run.metrics import add_eval
+from harness.run.records import RunResult, result_payload, summarize_metrics, task_label, write_step_eval
 
 # harness key -> OpenRLHF status key (first present wins)
 RENAMES = {
@@ -105,14 +106,14 @@ def eval_payload(eval_logs: dict, step: int, spec: dict) -> dict:
 
 
 def eval_metrics_row(payload: dict) -> dict:
-    """``eval/<suite>/<metric>`` keys for the step's metrics.jsonl row."""
-    return {
-        f"eval/{s}/{k}": v for s, res in payload["suites"].items() for k, v in res["metrics"].items() if v is not None
-    }
+    """``eval/<suite>/<metric>`` keys for the step's metrics.jsonl row (a metric upstream did not report: none)."""
+    row: dict = {}
+    add_eval(row, payload)
+    return {k: v for k, v in row.items() if v is not None}
 
 
 def write_eval(run_dir, payload: dict) -> Path:
-    return atomic_write_json(Path(run_dir) / "eval" / f"step_{payload['step']}.json", payload)
+    return write_step_eval(run_dir, payload)
 
 
 def last_eval(run_dir) -> dict | None:

@@ -53,6 +53,7 @@ from harness.backends.openrlhf.options import (  # noqa: E402,F401  (re-exported
     options_of,
     parse_options,
 )
+from harness.io import jsonl_lines  # noqa: E402
 
 
 # ------------------------------------------------------------------------------------------- config access
@@ -352,21 +353,31 @@ def to_plan(cfg, run_dir: str | os.PathLike) -> LaunchPlan:
 def _launcher_argv(cfg, lay: _Layout, run_dir: str) -> tuple[list[str], dict | None]:
     """The flags the launcher sets from the run config (before ``openrlhf.extra_flags``) and the in-loop eval
     protocol recorded with them."""
-    opts, mem, train = lay.opts, lay.mem, cfg.train
-    model, task = str(cfg.model.name), str(cfg.task.name)
-    steps, prompts, micro = int(train.steps), int(train.prompts_per_step), int(train.micro_batch_size)
-    max_new = int(train.max_new_tokens)
-    # model.dtype picks the DeepSpeed dtype when it is a half type; float32 (the pocket default) -> openrlhf.param_dtype
-    half = {"bfloat16": "bf16", "float16": "fp16"}
-    param_dtype = half[cfg.model.dtype] if cfg.model.dtype in half else opts.param_dtype
-    ckpt_every = int(train.checkpoint_every)
-    max_gen = int(train.max_gen_batches) if train.dynamic_filtering else 1
-
     argv = [
+        *_data_flags(cfg, lay),
+        *_batch_flags(cfg, lay),
+        *_optimizer_flags(cfg),
+        *_algorithm_flags(cfg, lay),
+        *_placement_flags(cfg, lay),
+        *_checkpoint_flags(cfg, lay, run_dir),
+    ]
+    argv_eval, eval_spec = _in_loop_eval(cfg, lay, run_dir)
+    argv += argv_eval
+    from harness.backends.openrlhf.logger import logger_flags
+
+    # TensorBoard; W&B entity, project, group, run name
+    argv += logger_flags(dataclasses.asdict(cfg.logging), run_dir)
+    return argv, eval_spec
+
+
+def _data_flags(cfg, lay: _Layout) -> list[str]:
+    """The policy and the prompt set: model, dataset, its keys and template, the prompt + response length."""
+    opts = lay.opts
+    return [
         "--actor.model_name_or_path",
-        model,
+        str(cfg.model.name),
         "--data.prompt_dataset",
-        task,
+        str(cfg.task.name),
         "--data.input_key",
         opts.input_key,
         "--data.label_key",
@@ -374,10 +385,19 @@ def _launcher_argv(cfg, lay: _Layout, run_dir: str) -> tuple[list[str], dict | N
         *(["--data.apply_chat_template"] if opts.apply_chat_template else []),
         *(["--data.input_template", opts.input_template] if opts.input_template else []),
         "--data.max_len",
-        str(opts.max_prompt_len + max_new),
+        str(opts.max_prompt_len + int(cfg.train.max_new_tokens)),
+    ]
+
+
+def _batch_flags(cfg, lay: _Layout) -> list[str]:
+    """The rollout and the batches: episodes, seed, prompts and samples per step, sampling, micro-batches."""
+    opts, train = lay.opts, cfg.train
+    steps, prompts, micro = int(train.steps), int(train.prompts_per_step), int(train.micro_batch_size)
+    max_gen = int(train.max_gen_batches) if train.dynamic_filtering else 1
+    return [
         # passes over the prompt set: enough for `steps` (the plugin stops the run there)
         "--train.num_episodes",
-        str(episodes_needed(task, steps * prompts * max_gen, steps * max_gen)),
+        str(episodes_needed(str(cfg.task.name), steps * prompts * max_gen, steps * max_gen)),
         "--train.seed",
         str(int(cfg.seed)),
         "--rollout.batch_size",
@@ -385,7 +405,7 @@ def _launcher_argv(cfg, lay: _Layout, run_dir: str) -> tuple[list[str], dict | N
         "--rollout.n_samples_per_prompt",
         str(int(train.samples_per_prompt)),
         "--rollout.max_new_tokens",
-        str(max_new),
+        str(int(train.max_new_tokens)),
         "--rollout.temperature",
         _num(float(train.temperature)),
         "--rollout.top_p",
@@ -398,6 +418,13 @@ def _launcher_argv(cfg, lay: _Layout, run_dir: str) -> tuple[list[str], dict | N
         str(micro),
         "--train.max_epochs",
         "1",
+    ]
+
+
+def _optimizer_flags(cfg) -> list[str]:
+    """Adam at a constant learning rate, its weight decay and the gradient clip."""
+    train = cfg.train
+    return [
         "--actor.adam.lr",
         _num(float(train.lr)),
         "--actor.adam.weight_decay",
@@ -411,6 +438,13 @@ def _launcher_argv(cfg, lay: _Layout, run_dir: str) -> tuple[list[str], dict | N
         "0.0",
         "--actor.max_norm",
         _num(float(train.grad_clip) or 1e9),  # grad_clip 0 disables clipping
+    ]
+
+
+def _algorithm_flags(cfg, lay: _Layout) -> list[str]:
+    """The method's flags, the KL penalty, the reward and dynamic filtering."""
+    opts = lay.opts
+    return [
         *method_flags(lay.method, opts),
         "--algo.kl.init_coef",
         _num(float(opts.kl_coef)),
@@ -419,9 +453,19 @@ def _launcher_argv(cfg, lay: _Layout, run_dir: str) -> tuple[list[str], dict | N
         REWARD_FILE if opts.reward in REWARDS else os.path.abspath(opts.reward),
         *(
             ["--algo.dynamic_filtering_enable", "--algo.dynamic_filtering_range", "0.0", "1.0"]
-            if train.dynamic_filtering
+            if cfg.train.dynamic_filtering
             else []
         ),
+    ]
+
+
+def _placement_flags(cfg, lay: _Layout) -> list[str]:
+    """Where and how the models run: nodes and GPUs, vLLM engines, colocation, DeepSpeed's stage and dtype."""
+    opts, mem = lay.opts, lay.mem
+    # model.dtype picks the DeepSpeed dtype when it is a half type; float32 (the pocket default) -> openrlhf.param_dtype
+    half = {"bfloat16": "bf16", "float16": "fp16"}
+    param_dtype = half[cfg.model.dtype] if cfg.model.dtype in half else opts.param_dtype
+    return [
         "--actor.num_nodes",
         str(opts.nodes),
         "--actor.num_gpus_per_node",
@@ -445,6 +489,13 @@ def _launcher_argv(cfg, lay: _Layout, run_dir: str) -> tuple[list[str], dict | N
         "--ds.attn_implementation",
         opts.attn_implementation,
         *(["--actor.gradient_checkpointing_enable"] if opts.gradient_checkpointing else []),
+    ]
+
+
+def _checkpoint_flags(cfg, lay: _Layout, run_dir: str) -> list[str]:
+    """Checkpoints (resumed from, kept, the final HF export) and logging; no in-loop eval unless one is set."""
+    ckpt_every = int(cfg.train.checkpoint_every)
+    return [
         "--ckpt.path",
         os.path.join(run_dir, "checkpoints", "openrlhf"),
         "--ckpt.output_dir",
@@ -459,27 +510,27 @@ def _launcher_argv(cfg, lay: _Layout, run_dir: str) -> tuple[list[str], dict | N
         "1",
         *([] if lay.in_loop else ["--eval.steps", "-1"]),
     ]
-    ev, eval_spec = cfg.eval, None
-    if opts.eval_dataset:  # an explicit eval JSONL overrides eval.suites for the in-loop eval
-        argv_eval, eval_spec = eval_flags(opts.eval_dataset, ev, max_new)
-        argv += argv_eval
-    elif lay.in_loop:  # eval.suites rendered into the run dir by the launcher (evalset.py)
-        dataset = evalset.eval_path(run_dir)
-        argv_eval, eval_spec = eval_flags(dataset, ev, max_new)
-        eval_spec.update(
-            dataset=dataset,
-            suites=list(ev.suites),
-            fixtures=bool(ev.fixtures),
-            data_dir=ev.data_dir,
-            limit=ev.max_problems,
-            counts=None,  # known once the launcher wrote the file (bridge.eval_payload reads it)
-        )
-        argv += argv_eval
-    from harness.backends.openrlhf.logger import logger_flags
 
-    # TensorBoard; W&B entity, project, group, run name
-    argv += logger_flags(dataclasses.asdict(cfg.logging), run_dir)
-    return argv, eval_spec
+
+def _in_loop_eval(cfg, lay: _Layout, run_dir: str) -> tuple[list[str], dict | None]:
+    """The in-loop eval's flags and protocol: ``openrlhf.eval_dataset`` when given, else ``eval.suites``
+    rendered into the run dir by the launcher (evalset.py); none without either."""
+    ev, max_new = cfg.eval, int(cfg.train.max_new_tokens)
+    if lay.opts.eval_dataset:  # an explicit eval JSONL overrides eval.suites for the in-loop eval
+        return eval_flags(lay.opts.eval_dataset, ev, max_new)
+    if not lay.in_loop:
+        return [], None
+    dataset = evalset.eval_path(run_dir)
+    argv_eval, eval_spec = eval_flags(dataset, ev, max_new)
+    eval_spec.update(
+        dataset=dataset,
+        suites=list(ev.suites),
+        fixtures=bool(ev.fixtures),
+        data_dir=ev.data_dir,
+        limit=ev.max_problems,
+        counts=None,  # known once the launcher wrote the file (bridge.eval_payload reads it)
+    )
+    return argv_eval, eval_spec
 
 
 def eval_flags(dataset: str, ev, max_new: int) -> tuple[list[str], dict]:
@@ -523,12 +574,9 @@ def datasource_counts(path: str) -> dict | None:
     if not (path.endswith(".jsonl") and os.path.isfile(path)):
         return None
     counts: dict[str, int] = {}
-    with open(path) as f:
-        for line in f:
-            if line.strip():
-                row = json.loads(line)
-                ds = row["datasource"] if "datasource" in row else "default"  # a row's field, not the config's
-                counts[ds] = counts[ds] + 1 if ds in counts else 1
+    for _, row in jsonl_lines(path):
+        ds = row["datasource"] if "datasource" in row else "default"  # a row's field, not the config's
+        counts[ds] = counts[ds] + 1 if ds in counts else 1
     return counts
 
 

@@ -238,55 +238,86 @@ def generate(
     device = next(model.parameters()).device
     ids, att = left_pad(prompts, pad_id)
     ids, att = ids.to(device), att.to(device)
-    B, P = ids.shape
     stop = torch.as_tensor(eos_id, device=device).reshape(-1)  # one EOS id or several stop ids
     record = with_logprobs and f is not None
     if f is not None:
-        first, inverse = _distinct_rows(prompts)
-        if len(first) < B:  # prefill each distinct prompt once, then share its keys/values
-            rows = torch.tensor(first, device=device)
-            state, logits = f.start(ids[rows], att[rows], max_new_tokens, expand=torch.tensor(inverse, device=device))
-        else:
-            state, logits = f.start(ids, att, max_new_tokens)
-
-        live = {"rows": torch.arange(B, device=device), "logits": logits.clone()}
-
-        def advance(nxt, done):
-            """The next logits of every row; only the rows still generating run (finished rows keep their last
-            logits: they are sampled, so the generator advances as without this, then replaced by padding)."""
-            rows = live["rows"]
-            going = ~done[rows]
-            if int(going.sum()) <= COMPACT_AT * len(rows):  # drop finished rows from the KV cache
-                keep = going.nonzero().squeeze(-1)
-                f.compact(state, keep)
-                rows = live["rows"] = rows[keep]
-            live["logits"][rows] = f.step(state, nxt[rows])
-            return live["logits"]
+        logits, advance = _fast_decoding(f, ids, att, prompts, max_new_tokens)
     else:
-        out = model(input_ids=ids, attention_mask=att, position_ids=_positions(att), use_cache=True)
-        hf = {"cache": out.past_key_values, "att": att, "pos": _positions(att)[:, -1]}
-        logits = out.logits[:, -1, :]
+        logits, advance = _hf_decoding(model, ids, att)
+    draws = dict(temperature=temperature, top_p=top_p, top_k=top_k, greedy=greedy, generator=generator)
+    tokens, mask, lps, ents = _decode(logits, advance, stop, max_new_tokens, pad_id, draws, record, stop_strings)
+    if was_training:
+        model.train()
+    responses = torch.stack(tokens, dim=1)
+    rmask = torch.stack(mask, dim=1).float()
+    full_ids = torch.cat([ids, responses], dim=1)
+    full_att = torch.cat([att, rmask.long()], dim=1)
+    logp = torch.stack(lps, dim=1) * rmask if record else None
+    entropy = torch.stack(ents, dim=1) * rmask if record else None
+    return Batch(full_ids, full_att, ids.shape[1], responses, rmask, logp, entropy)
 
-        def advance(nxt, done):
-            hf["att"] = torch.cat([hf["att"], torch.ones((B, 1), dtype=att.dtype, device=device)], dim=1)
-            hf["pos"] = hf["pos"] + 1
-            o = model(
-                input_ids=nxt[:, None],
-                attention_mask=hf["att"],
-                position_ids=hf["pos"][:, None],
-                past_key_values=hf["cache"],
-                use_cache=True,
-            )
-            hf["cache"] = o.past_key_values
-            return o.logits[:, -1, :]
 
-    done = torch.zeros(B, dtype=torch.bool, device=device)
+def _fast_decoding(f, ids, att, prompts, max_new_tokens):
+    """The fast path's first logits and ``advance(nxt, done) -> next logits``: one prefill per distinct prompt
+    (n samples share its keys/values), finished rows dropped from the KV cache."""
+    B, device = ids.shape[0], ids.device
+    first, inverse = _distinct_rows(prompts)
+    if len(first) < B:  # prefill each distinct prompt once, then share its keys/values
+        rows = torch.tensor(first, device=device)
+        state, logits = f.start(ids[rows], att[rows], max_new_tokens, expand=torch.tensor(inverse, device=device))
+    else:
+        state, logits = f.start(ids, att, max_new_tokens)
+
+    live = {"rows": torch.arange(B, device=device), "logits": logits.clone()}
+
+    def advance(nxt, done):
+        """The next logits of every row; only the rows still generating run (finished rows keep their last
+        logits: they are sampled, so the generator advances as without this, then replaced by padding)."""
+        rows = live["rows"]
+        going = ~done[rows]
+        if int(going.sum()) <= COMPACT_AT * len(rows):  # drop finished rows from the KV cache
+            keep = going.nonzero().squeeze(-1)
+            f.compact(state, keep)
+            rows = live["rows"] = rows[keep]
+        live["logits"][rows] = f.step(state, nxt[rows])
+        return live["logits"]
+
+    return logits, advance
+
+
+def _hf_decoding(model, ids, att):
+    """A Hugging Face model's first logits and ``advance(nxt, done) -> next logits`` through its KV cache."""
+    B, device = ids.shape[0], ids.device
+    out = model(input_ids=ids, attention_mask=att, position_ids=_positions(att), use_cache=True)
+    hf = {"cache": out.past_key_values, "att": att, "pos": _positions(att)[:, -1]}
+
+    def advance(nxt, done):
+        hf["att"] = torch.cat([hf["att"], torch.ones((B, 1), dtype=att.dtype, device=device)], dim=1)
+        hf["pos"] = hf["pos"] + 1
+        o = model(
+            input_ids=nxt[:, None],
+            attention_mask=hf["att"],
+            position_ids=hf["pos"][:, None],
+            past_key_values=hf["cache"],
+            use_cache=True,
+        )
+        hf["cache"] = o.past_key_values
+        return o.logits[:, -1, :]
+
+    return out.logits[:, -1, :], advance
+
+
+def _decode(logits, advance, stop, max_new_tokens: int, pad_id: int, draws: dict, record: bool, stop_strings):
+    """Sample token by token until every row stopped (a stop id or string) or ``max_new_tokens``: the tokens,
+    the masks of the rows still generating, and (``record``) each token's log-prob and entropy, one (B,) a step."""
+    done = torch.zeros(logits.shape[0], dtype=torch.bool, device=stop.device)
     tokens, mask, lps, ents = [], [], [], []
     for t in range(max_new_tokens):
-        nxt = _sample(logits, temperature, top_p, generator, greedy, top_k).to(device)
+        nxt = _sample(logits, draws["temperature"], draws["top_p"], draws["generator"], draws["greedy"], draws["top_k"])
+        nxt = nxt.to(stop.device)
         nxt = torch.where(done, torch.full_like(nxt, pad_id), nxt)
         if record:
-            lp, ent = _record(logits, nxt, temperature)
+            lp, ent = _record(logits, nxt, draws["temperature"])
             lps.append(lp)
             ents.append(ent)
         tokens.append(nxt)
@@ -297,15 +328,7 @@ def generate(
         if bool(done.all()) or t == max_new_tokens - 1:
             break
         logits = advance(nxt, done)
-    if was_training:
-        model.train()
-    responses = torch.stack(tokens, dim=1)
-    rmask = torch.stack(mask, dim=1).float()
-    full_ids = torch.cat([ids, responses], dim=1)
-    full_att = torch.cat([att, rmask.long()], dim=1)
-    logp = torch.stack(lps, dim=1) * rmask if record else None
-    entropy = torch.stack(ents, dim=1) * rmask if record else None
-    return Batch(full_ids, full_att, P, responses, rmask, logp, entropy)
+    return tokens, mask, lps, ents
 
 
 def concat_batches(parts: list[Batch], pad_id: int) -> Batch:
@@ -435,3 +458,27 @@ def _scatter(valid: torch.Tensor, values: torch.Tensor, width: int) -> torch.Ten
     out = values.new_zeros((valid.shape[0], width))
     full = torch.nn.functional.pad(valid, (0, width - valid.shape[1]))
     return out.masked_scatter(full, values)
+
+
+def sample_problems(model, tok, problems, n, temperature, generator, *, max_new_tokens, **options) -> Batch:
+    """``n`` responses to each of ``problems`` (``{prompt, ...}``, ``n`` rows a problem, in order) with the
+    tokenizer's stop ids; ``options``: ``generate``'s (top_p, greedy, with_logprobs, stop_strings)."""
+    prompts = [tok.encode_prompt(p["prompt"]) for p in problems for _ in range(n)]
+    return generate(
+        model,
+        prompts,
+        max_new_tokens=max_new_tokens,
+        eos_id=getattr(tok, "stop_ids", tok.eos_id),
+        pad_id=tok.pad_id,
+        temperature=temperature,
+        generator=generator,
+        chunk_size=512,
+        **options,
+    )
+
+
+def score_responses(batch: Batch, tok, task, problems, n) -> torch.Tensor:
+    """The task's reward of each response of ``batch`` (``n`` rows a problem, as ``sample_problems`` lays out)."""
+    rows, masks = batch.responses.tolist(), batch.mask.bool().tolist()  # plain lists: no per-row tensor ops
+    texts = [tok.decode([t for t, keep in zip(r, m) if keep]) for r, m in zip(rows, masks)]
+    return torch.tensor([task.verify(t, problems[i // n]) for i, t in enumerate(texts)], dtype=torch.float32)

@@ -25,11 +25,12 @@ population. A member that fails (a non-finite gradient, a loss error) fails alon
 from __future__ import annotations
 
 import time
-import traceback
 
 import torch
 
+from harness.io import StopRequested, signals_stop_flag
 from harness.kernel import ops
+from harness.run.metrics import add_eval
 
 from . import stacked
 from .generate import Batch, _record, concat_batches, draw, sampling_logits
@@ -39,10 +40,7 @@ from .stacked_optim import StackedOptimizer
 from .trainer import (
     CKPT,
     PocketTrainer,
-    StopRequested,
-    add_eval,
     add_loss_metrics,
-    deferred_interrupts,
     entropy_change,
     first_order_delta,
     make_generator,
@@ -81,11 +79,6 @@ def _warm_start_busy(cfg) -> bool:
             return True
         fcntl.flock(f, fcntl.LOCK_UN)
     return False
-
-
-def _failure(e: BaseException) -> BaseException:
-    e.population_traceback = traceback.format_exc()[-4000:]  # what the runner records for a failed run
-    return e
 
 
 class Group:
@@ -183,7 +176,7 @@ class Population:
             yield i
 
     def fail(self, i: int, e: BaseException) -> None:
-        self.failed[i] = _failure(e)
+        self.failed[i] = e  # its traceback goes to its result.json (runner.finish)
         self.trainers[i].log(f"population member failed: {type(e).__name__}: {e}")
 
     def live(self) -> list[int]:
@@ -203,7 +196,7 @@ class Population:
                     self.trainers[i].trackers.log_eval(doc)
         groups = []
         try:
-            with deferred_interrupts(self.stop):
+            with signals_stop_flag(self.stop):
                 while True:
                     live = [i for i in self.live() if self.step[i] < self.trainers[i].cfg.train.steps]
                     if not live:
@@ -243,7 +236,7 @@ class Population:
             try:
                 result = t.finish(self.step[i], self.last_eval[i])
             except Exception as e:  # noqa: BLE001 - recorded for that member alone
-                out.append(_failure(e))
+                out.append(e)
                 continue
             result.extra["population"] = {"size": len(self.trainers)}
             out.append(result)

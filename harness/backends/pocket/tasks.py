@@ -20,13 +20,13 @@ import ast
 import dataclasses
 import functools
 import itertools
-import json
 import random
 import re
 from collections import Counter
 from pathlib import Path
 
 from harness.errors import ConfigError, did_you_mean, suggestion
+from harness.io import jsonl_lines
 from harness.kernel.fields import as_recorded, check_value, default_of, opt, spec
 from harness.registry import Registry
 
@@ -252,15 +252,13 @@ class JsonlTask(Task):
 
     def all_problems(self):
         out = []
-        for i, line in enumerate(self.path.read_text().splitlines()):
-            if not line.strip():
-                continue
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError:
-                raise ConfigError(f"task.name: {self.path}: line {i + 1} is not valid JSON") from None
+        try:
+            lines = jsonl_lines(self.path)
+        except ValueError as e:
+            raise ConfigError(f"task.name: {e}") from None
+        for ln, row in lines:
             if not isinstance(row, dict) or not isinstance(row.get("prompt"), str) or "answer" not in row:
-                raise ConfigError(f"task.name: {self.path}: line {i + 1} needs string 'prompt' and 'answer' fields")
+                raise ConfigError(f"task.name: {self.path}: line {ln} needs string 'prompt' and 'answer' fields")
             out.append({"prompt": row["prompt"], "answer": str(row["answer"])})
         if len(out) < 2:
             raise ConfigError(f"task.name: {self.path}: needs at least 2 problems, found {len(out)}")

@@ -20,27 +20,27 @@ from __future__ import annotations
 import copy
 import math
 import os
-import signal
-import threading
 import time
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
 
-from harness.evals.result import SuiteResult
 from harness.io import (
+    StopRequested,
     append_jsonl,
     atomic_save_torch,
     atomic_write_json,
     json_row,
+    jsonl_lines,
     read_jsonl,
     signals_interrupt,
+    signals_stop_flag,
     write_jsonl,
 )
 from harness.kernel import ops
 from harness.run.config import RunConfig
+from harness.run.lineage import foreign_checkpoint, lineage
 from harness.run.metrics import (
     ENTROPY,
     ENTROPY_AFTER_UPDATE,
@@ -51,13 +51,13 @@ from harness.run.metrics import (
     REWARD_MEAN,
     STEP,
     UPDATE_SKIPPED,
-    eval_key,
+    add_eval,
 )
-from harness.run.records import RunResult, summarize_metrics, task_label
+from harness.run.records import RunResult, peak_rss_mb, task_eval_doc, trained_record, write_step_eval
 from harness.run.tracking import CHECKPOINT_KEY, Trackers
 
 from . import models
-from .generate import Batch, concat_batches, generate, response_logits, token_logprobs
+from .generate import Batch, concat_batches, response_logits, sample_problems, score_responses, token_logprobs
 from .tasks import make_task
 from .tokenizer import TokenizerAdapter, build_char_tokenizer
 
@@ -65,14 +65,6 @@ CKPT = "checkpoints/latest.pt"
 # per-step random streams: (seed, step, purpose) -> independent generator
 PURPOSES = {"prompts": 1, "rollout": 2, "shuffle": 3, "method": 4, "eval": 5}
 _LOSS_KEYS = ("clipfrac", "ppo_kl", "ppo_kl_abs", "entropy/token_mean")
-
-
-def _lineage(cfg: RunConfig) -> str:
-    """The run's identity except its length: a checkpoint of the same run with fewer steps may be continued; one
-    of another run (other seed, method, model, task, ...) is refused on resume."""
-    from harness.run.config import config_hash, measuring_items
-
-    return config_hash({k: v for k, v in measuring_items(cfg).items() if k != "train.steps"})
 
 
 class CheckpointUnreadable(Exception):
@@ -95,12 +87,10 @@ def resume_problem(cfg: RunConfig, blob: dict, path: Path, old_threads: int | No
     """Why this run must not continue from the checkpoint ``blob`` (None when it may): another run's lineage
     (a checkpoint written before lineages were recorded: another run id), a checkpoint past this run's last step,
     or another CPU thread count (threads change float reductions: two trajectories under one run id)."""
-    lineage, owner, step = blob.get("lineage"), blob.get("run_id"), int(blob["step"])
-    if lineage not in (None, _lineage(cfg)) or (lineage is None and owner not in (None, cfg.run_id())):
-        return (
-            f"checkpoint {path} belongs to run {owner}, not to this run ({cfg.run_id()}); move it out of "
-            f"{path.parent.parent} or use another --run-dir"
-        )
+    step = int(blob["step"])
+    foreign = foreign_checkpoint(cfg, blob.get("lineage"), blob.get("run_id"), path, path.parent.parent)
+    if foreign:
+        return foreign
     if step > cfg.train.steps:
         return (
             f"checkpoint {path} is at step {step}, past this run's {cfg.train.steps} steps (train.steps); resuming "
@@ -173,15 +163,6 @@ def entropy_change(ent_after: torch.Tensor, mask: torch.Tensor, before: torch.Te
     return {ENTROPY_AFTER_UPDATE: float(after.mean()), ENTROPY_UPDATE_DELTA: float((after - before).mean())}
 
 
-def peak_rss_mb() -> float:
-    """This process's peak resident memory so far (MB; ru_maxrss is KB on Linux, bytes on macOS)."""
-    import resource
-    import sys
-
-    kb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / (1024 if sys.platform == "darwin" else 1)
-    return round(kb / 1024, 1)
-
-
 def make_generator(seed: int, step: int, purpose: str, device="cpu") -> torch.Generator:
     g = torch.Generator(device=device)
     g.manual_seed((seed * 1_000_003 + step * 7919 + PURPOSES[purpose] * 104_729) % (2**63))
@@ -237,57 +218,17 @@ def nonfinite_gradient(method: str, gn: float, step: int, sums: dict) -> Floatin
     )
 
 
-class StopRequested(Exception):
-    """Ctrl-C / SIGTERM arrived; the loop stops at the next step boundary after a checkpoint."""
-
-
-@contextmanager
-def deferred_interrupts(flag: dict):
-    """Turn the first SIGINT/SIGTERM into a flag checked between steps (a second SIGINT aborts at once)."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-
-    def handler(signum, frame):
-        if flag.get("stop"):
-            raise KeyboardInterrupt
-        flag["stop"] = signal.Signals(signum).name
-
-    old = {s: signal.signal(s, handler) for s in (signal.SIGINT, signal.SIGTERM)}
-    try:
-        yield
-    finally:
-        for s, h in old.items():
-            signal.signal(s, h)
-
-
 def _readable_rows(path: Path) -> tuple[list[dict], list[int]]:
     """The JSON-object lines of a JSONL file and the numbers of the lines that are not (torn, garbled)."""
-    import json
-
     if not path.exists():
         return [], []
     rows, bad = [], []
-    with open(path, encoding="utf-8", errors="replace") as f:
-        for i, line in enumerate(f, start=1):
-            if not line.strip():
-                continue
-            try:
-                obj = json.loads(line)
-            except json.JSONDecodeError:
-                obj = None
-            if isinstance(obj, dict):
-                rows.append(obj)
-            else:
-                bad.append(i)
-    return rows, bad
-
-
-def add_eval(row: dict, doc: dict) -> None:
-    """An eval document's metrics into a metrics row as ``eval/<suite>/<metric>``."""
-    for suite, res in doc["suites"].items():
-        for mk, mv in res["metrics"].items():
-            row[eval_key(suite, mk)] = mv
+    for ln, obj in jsonl_lines(path, on_bad=lambda ln, why: bad.append(ln)):
+        if isinstance(obj, dict):
+            rows.append(obj)
+        else:
+            bad.append(ln)
+    return rows, sorted(bad)
 
 
 class PocketTrainer:
@@ -361,7 +302,7 @@ class PocketTrainer:
             "prev_entropy": self.prev_entropy,
             "timing": self.timing,
             "run_id": self.cfg.run_id(),
-            "lineage": _lineage(self.cfg),
+            "lineage": lineage(self.cfg),
             "warm_start": self.warm_info,
             "method_state": self.method.state_dict(),
             "threads": self.cfg.train.threads,
@@ -461,26 +402,22 @@ class PocketTrainer:
     def _generate(
         self, problems, n, temperature, generator, greedy=False, top_p=1.0, max_new_tokens=None, with_logprobs=False
     ):
-        prompts = [self.tok.encode_prompt(p["prompt"]) for p in problems for _ in range(n)]
-        return generate(
+        return sample_problems(
             self.model,
-            prompts,
+            self.tok,
+            problems,
+            n,
+            temperature,
+            generator,
             max_new_tokens=max_new_tokens or self.cfg.train.max_new_tokens,
-            eos_id=getattr(self.tok, "stop_ids", self.tok.eos_id),
-            pad_id=self.tok.pad_id,
-            temperature=temperature,
             top_p=top_p,
             greedy=greedy,
-            generator=generator,
-            chunk_size=512,
             with_logprobs=with_logprobs,
             stop_strings=getattr(self.tok, "stop_strings", None),  # multi-token task.stop strings
         )
 
     def _score(self, batch: Batch, problems, n) -> torch.Tensor:
-        rows, masks = batch.responses.tolist(), batch.mask.bool().tolist()  # plain lists: no per-row tensor ops
-        texts = [self.tok.decode([t for t, keep in zip(r, m) if keep]) for r, m in zip(rows, masks)]
-        return torch.tensor([self.task.verify(t, problems[i // n]) for i, t in enumerate(texts)], dtype=torch.float32)
+        return score_responses(batch, self.tok, self.task, problems, n)
 
     def _answer(self, request: GenerateRequest):
         return self._generate(request.problems, request.n, request.temperature, request.generator, **request.options)
@@ -739,19 +676,8 @@ class PocketTrainer:
         if ec.greedy:
             bg = yield GenerateRequest(problems, 1, 1.0, None, {"greedy": True, "max_new_tokens": max_new})
             metrics["greedy"] = float(self._score(bg, problems, 1).mean())
-        suite = task_label(cfg.task.name)
-        result = SuiteResult(
-            suite=suite,
-            n_problems=len(problems),
-            n_samples=k,
-            temperature=ec.temperature,
-            top_p=ec.top_p,
-            max_tokens=max_new,
-            metrics=metrics,
-            primary=f"avg@{k}",
-        ).to_dict()
-        doc = {"step": step, "suites": {suite: result}}
-        atomic_write_json(self.run_dir / "eval" / f"step_{step}.json", doc)
+        doc = task_eval_doc(cfg, step, len(problems), metrics)
+        write_step_eval(self.run_dir, doc)
         # per-problem grades (rows: problems in test-split order, columns: samples) for paired tests across steps
         atomic_write_json(
             self.run_dir / "eval" / f"step_{step}.per_problem.json", {"step": step, "correct": sc.tolist()}
@@ -791,7 +717,7 @@ class PocketTrainer:
         )
         step = self.start_step
         try:
-            with deferred_interrupts(self.stop):
+            with signals_stop_flag(self.stop):
                 while step < steps:
                     if self.stop:
                         raise StopRequested(self.stop["stop"])
@@ -862,20 +788,8 @@ class PocketTrainer:
 
             write_task_spec(export_hf(self.model, self.tok, self.run_dir / "model"), cfg, step)
             self.log(f"model exported to {self.run_dir / 'model'} (harness eval --model {self.run_dir / 'model'})")
-        result = RunResult(
-            method=cfg.method_name,
-            advantage=self.method.advantage,
-            method_config=self.method.to_config(),
-            model=cfg.model.name,
-            model_params=models.n_params(self.model),
-            task=task_label(cfg.task.name),
-            seed=cfg.seed,
-            steps=step,
-            summary=summarize_metrics(rows),
-            eval=last_eval,
-            timing={**{k: round(v, 3) for k, v in self.timing.items()}, "peak_rss_mb": peak_rss_mb()},
-            extra={"warm_start": self.warm_info},
-        )
+        n_params, extra = models.n_params(self.model), {"warm_start": self.warm_info}
+        result = trained_record(cfg, self.method, n_params, step, rows, last_eval, self.timing, extra)
         self.trackers.finish(cfg, result, step)  # the final summary and eval results
         return result
 

@@ -11,15 +11,10 @@ import shutil
 import time
 from pathlib import Path
 
+from harness.run.lineage import foreign_checkpoint
+
 HARNESS_STATE = "harness_state.pt"
 _NAME = re.compile(r"^checkpoint-(\d+)$")
-
-
-def lineage(cfg) -> str:
-    """The run's identity without its length: a checkpoint of the same run with fewer steps may be continued."""
-    from harness.run.config import config_hash, measuring_items
-
-    return config_hash({k: v for k, v in measuring_items(cfg).items() if k != "train.steps"})
 
 
 def checkpoint_dirs(run_dir: Path) -> list[Path]:
@@ -62,8 +57,7 @@ def keep_only(run_dir: Path, folder: Path) -> None:
 
 
 def check_lineage(state: dict, cfg, folder: Path) -> None:
-    if state.get("lineage") not in (None, lineage(cfg)):
-        raise ValueError(
-            f"checkpoint {folder} belongs to run {state.get('run_id')}, not to this run ({cfg.run_id()}); move it "
-            f"out of the run directory or use another --run-dir"
-        )
+    """Refuse a checkpoint folder of another run (harness.run.lineage)."""
+    problem = foreign_checkpoint(cfg, state.get("lineage"), state.get("run_id"), folder, Path(folder).parent.parent)
+    if problem:
+        raise ValueError(problem)

@@ -15,7 +15,9 @@ from pathlib import Path
 import torch
 
 from harness.io import append_jsonl, read_jsonl, write_jsonl
-from harness.run.records import RunResult, summarize_metrics, task_label
+from harness.run.lineage import lineage
+from harness.run.metrics import add_eval
+from harness.run.records import RunResult, trained_record
 from harness.run.tracking import CHECKPOINT_KEY, Trackers
 
 from . import checkpoints, options
@@ -188,9 +190,7 @@ class TRLRun:
         row["time/wall"] = now - self._t_start
         if (cfg.eval.every > 0 and step % cfg.eval.every == 0) or step == cfg.train.steps:
             self.last_eval = self.evaluate(step)
-            for suite, res in self.last_eval["suites"].items():
-                for mk, mv in res["metrics"].items():
-                    row[f"eval/{suite}/{mk}"] = mv
+            add_eval(row, self.last_eval)
         self.method.on_step_end(row)
         append_jsonl(self.metrics_path, row)
         self.trackers.log(row, step)
@@ -206,7 +206,7 @@ class TRLRun:
             {
                 "step": step,
                 "run_id": self.cfg.run_id(),
-                "lineage": checkpoints.lineage(self.cfg),
+                "lineage": lineage(self.cfg),
                 "method_state": self.method.state_dict(),
                 "prev_entropy": trainer.prev_entropy,
                 "timing": dict(trainer.timing),
@@ -216,7 +216,7 @@ class TRLRun:
         )
         checkpoints.keep_only(self.run_dir, folder)
         if self.stop:
-            from harness.backends.pocket.trainer import StopRequested
+            from harness.io import StopRequested
 
             raise StopRequested(self.stop["stop"])
 
@@ -231,7 +231,7 @@ class TRLRun:
     # ------------------------------------------------------------------------------------------- main
     def run(self) -> RunResult:
         from harness.backends.pocket import models
-        from harness.backends.pocket.trainer import StopRequested, deferred_interrupts, peak_rss_mb
+        from harness.io import StopRequested, signals_stop_flag
 
         cfg = self.cfg
         self.setup()
@@ -242,7 +242,7 @@ class TRLRun:
             self.last_eval = self.evaluate(0)
             self.trackers.log_eval(self.last_eval)
         try:
-            with deferred_interrupts(self.stop):
+            with signals_stop_flag(self.stop):
                 if start < cfg.train.steps:
                     self.trainer.train(resume_from_checkpoint=str(self.resume_from) if self.resume_from else None)
         except StopRequested as e:
@@ -258,21 +258,9 @@ class TRLRun:
         step = max([int(r["step"]) for r in rows if "step" in r] or [start])
         if self.last_eval is None or self.last_eval["step"] != step:
             self.last_eval = self.evaluate(step)
-        t = self.trainer.timing
-        result = RunResult(
-            method=cfg.method_name,
-            advantage=self.method.advantage,
-            method_config=self.method.to_config(),
-            model=cfg.model.name,
-            model_params=models.n_params(self.trainer.model),
-            task=task_label(cfg.task.name),
-            seed=cfg.seed,
-            steps=step,
-            summary=summarize_metrics(rows),
-            eval=self.last_eval,
-            timing={**{k: round(v, 3) for k, v in t.items()}, "peak_rss_mb": peak_rss_mb()},
-            extra={"warm_start": self.warm_info, "trl_version": options.TRL_VERSION},
-        )
+        n_params = models.n_params(self.trainer.model)
+        extra = {"warm_start": self.warm_info, "trl_version": options.TRL_VERSION}
+        result = trained_record(cfg, self.method, n_params, step, rows, self.last_eval, self.trainer.timing, extra)
         self.trackers.finish(cfg, result, step)  # the final summary and eval results
         return result
 

@@ -23,6 +23,8 @@ import sys
 import time
 from pathlib import Path
 
+from harness.io import jsonl_lines
+
 EVAL_SUITES = ("aime24", "aime25", "amc23", "math500", "minerva", "olympiadbench", "omnimath")
 CHAT_TEMPLATE = (
     "{% for m in messages %}<|{{ m['role'] }}|>{{ m['content'] }}{% endfor %}"
@@ -33,7 +35,7 @@ VERSION = 1  # bump when the recipe changes (the manifest then differs and the m
 
 
 def read_train(path: Path) -> list[dict]:
-    rows = [json.loads(line) for line in Path(path).read_text().splitlines() if line.strip()]
+    rows = [row for _, row in jsonl_lines(path)]
     return [{"prompt": r["prompt"], "answer": str(r["answer"])} for r in rows]
 
 

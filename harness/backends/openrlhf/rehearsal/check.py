@@ -23,6 +23,8 @@ import sys
 import time
 from pathlib import Path
 
+from harness.io import jsonl_lines, read_jsonl
+
 
 def _cells(spec_path: str, runs_dir: str) -> dict:
     import harness.sweeps as sweeps  # the one upward import (tests/foundation/test_import_graph.py)
@@ -39,10 +41,7 @@ def _checkpoint_step(run_dir: Path) -> int:
 
 
 def _logged_steps(run_dir: Path) -> list[int]:
-    path = run_dir / "metrics.jsonl"
-    if not path.exists():
-        return []
-    return [json.loads(line)["step"] for line in path.read_text().splitlines() if line.strip().endswith("}")]
+    return [row["step"] for row in read_jsonl(run_dir / "metrics.jsonl")]  # a live file: a torn last line is skipped
 
 
 def run_processes(run_dir: Path) -> list[int]:
@@ -126,7 +125,7 @@ def interrupt(spec: str, runs_dir: str, cell: str, after_step: int, log_path: Pa
     cmd = [sys.executable, "-m", "harness", "sweep", spec, "--runs-dir", runs_dir, "--only", cell, "--no-progress"]
 
     def job_groups():  # the local executor starts each cell's job controller in a session of its own
-        jobs = [json.loads(line) for line in (run_dir / "jobs.jsonl").read_text().splitlines() if line.strip()]
+        jobs = read_jsonl(run_dir / "jobs.jsonl")
         return [os.getpgid(int(j["job_id"])) for j in jobs if j.get("executor") == "local" and _alive(j["job_id"])]
 
     return {"cell": cell, **kill_after_step(cmd, run_dir, after_step, log_path, more_groups=job_groups)}
@@ -153,7 +152,7 @@ def check_cell(run_dir: Path, cfg, resumed_from: int | None = None) -> dict:
     logged = _logged_steps(run_dir)
     if logged != list(range(1, steps + 1)):
         _fail(f"{run_dir}: metrics.jsonl steps {logged}, expected 1..{steps} once each")
-    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    rows = [row for _, row in jsonl_lines(run_dir / "metrics.jsonl")]
     for key in ("reward/mean", "entropy", "cov/term", "clipfrac", "ppo_kl"):
         if any(key not in r for r in rows):
             _fail(f"{run_dir}: metrics.jsonl rows without {key!r}")
