@@ -73,10 +73,18 @@ class HyperparameterError(ValueError):
     """An unknown or invalid method hyperparameter."""
 
 
+# |log pi - log pi_old| below this is rounding noise between two forward passes of the same weights (float32
+# log-probs of magnitude <= ~20 round at ~1e-6; GRPO's ppo_kl_abs on an unmoved policy is ~3e-6 here): a selected
+# token with 0 < |log-ratio| < NOISE_FLOOR is counted in ``selected/below_floor``, the tokens a |log r| penalty
+# pushes in a direction set by rounding (an exact 0 pushes nothing; docs/rescue_prereg.md).
+NOISE_FLOOR = 1e-4
+
+
 @dataclass
 class LossOutput:
     loss: torch.Tensor  # scalar, differentiable in log_probs
     metrics: dict[str, float]
+    penalty: torch.Tensor | None = None  # the method's penalty term alone, aggregated as the loss (part of ``loss``)
 
 
 @dataclass
@@ -90,6 +98,7 @@ class TokenLoss:
     metrics: dict[str, float] = field(default_factory=dict)
     log_ratio: torch.Tensor | None = None  # (B,T) log pi - log pi_old as computed (unclamped), reused by diagnostics
     extra: torch.Tensor | None = None  # scalar added after aggregation (CE-GPPO's NLL term on correct responses)
+    penalty: torch.Tensor | None = None  # (B,T) the part of ``loss`` that is a penalty (KL-Cov's beta |log r|)
 
 
 # The one field declaration (harness.kernel.fields.opt) under the names the method API documents: a hyperparameter
@@ -410,6 +419,7 @@ class MethodBase:
             selected=selected,
         )
         loss = self.aggregate(tok.loss, mask)
+        penalty = self.aggregate(tok.penalty, mask) if tok.penalty is not None else None
         if tok.extra is not None:
             loss = loss + tok.extra
         loss = self.extra_loss(loss, entropy, mask)
@@ -421,7 +431,7 @@ class MethodBase:
                 "float32 above ~88.7, float16 "
                 f"above ~11: the policy moved too far from the behaviour policy)"
             )
-        return LossOutput(loss, metrics)
+        return LossOutput(loss, metrics, penalty)
 
     def extra_loss(self, loss: torch.Tensor, entropy, mask) -> torch.Tensor:
         """Terms added after aggregation (the entropy bonus); identity by default."""
@@ -430,8 +440,9 @@ class MethodBase:
     def diagnostics(
         self, log_probs, old_log_probs, advantages, mask, entropy, tok: TokenLoss, cov_groups: bool = False
     ) -> dict[str, float]:
-        """ppo_kl, ppo_kl_abs, log_ratio/max_abs, clipfrac, tokens, selected/count|frac, entropy/token_mean, the
-        method's own metrics and, on request, the covariance groups. Inputs are 0 on padding: plain sums."""
+        """ppo_kl, ppo_kl_abs, log_ratio/max_abs, clipfrac, tokens, selected/count|frac|below_floor (selected
+        tokens with 0 < |log r| < NOISE_FLOOR), entropy/token_mean, the method's own metrics and, on request, the
+        covariance groups. Inputs are 0 on padding: plain sums."""
         with torch.no_grad():
             valid = mask.bool()
             count = torch.count_nonzero(valid)
@@ -449,6 +460,8 @@ class MethodBase:
             extra = [torch.stack(torch.aminmax(log_ratio)).abs().max() if log_ratio.numel() else count * 0.0]
             if tok.selected is not None:
                 extra.append(torch.count_nonzero(tok.selected & valid))
+                noise = (log_ratio != 0) & (log_ratio.abs() < NOISE_FLOOR)
+                extra.append(torch.count_nonzero(tok.selected & valid & noise))
             values = torch.cat([means.double(), torch.stack([e.double() for e in extra])]).tolist()
             out = dict(zip(sums, values))
             out.setdefault("clipfrac", 0.0)
@@ -457,6 +470,8 @@ class MethodBase:
             n_sel = values[len(sums) + 1] if tok.selected is not None else 0.0
             out["selected/count"] = n_sel
             out["selected/frac"] = n_sel / n_valid if n_valid else 0.0
+            if tok.selected is not None:
+                out["selected/below_floor"] = values[len(sums) + 2]
             if cov_groups:
                 out.update(ops.covariance_groups(ops.token_covariance(advantages, log_probs, mask)[valid]))
             out.update(tok.metrics)

@@ -117,6 +117,15 @@ class TrainConfig:
         late=True,
         help="the policy optimizer: adamw (betas 0.9, 0.999) on every backend; each backend checks the ones it has",
     )
+    old_log_probs: str = _opt(
+        "rollout",
+        kind=str,
+        choices=("rollout", "recompute"),
+        late=True,
+        help="where the loss's old log-probs come from: rollout = the sampling pass (noise vs the training forward, "
+        "as the official code's separate pass); recompute = a no-grad forward of each micro-batch with the "
+        "training forward's shapes before the step's first update (log r exactly 0 there); backends check theirs",
+    )
     checkpoint_every: int = _opt(
         10, kind=int, low=0, measures=False, help="steps between checkpoints; 0 = only at the end"
     )

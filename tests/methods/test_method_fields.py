@@ -37,6 +37,7 @@ LATE = {  # option -> a value other than its default
     "log_ratio_clamp": 20.0,
     "recipe": "official",
     "selection": "quantile",
+    "dead_zone": 1e-4,
 }
 
 

@@ -205,6 +205,11 @@ def _layout(cfg) -> _Layout:
             f"train.optimizer: {train.optimizer!r} is not supported on the OpenRLHF backend (DeepSpeed's Adam "
             f"with weight decay); allowed here: adamw"
         )
+    if train.old_log_probs != "rollout":
+        raise OpenRLHFConfigError(
+            "train.old_log_probs: 'recompute' is pocket's exact pass; OpenRLHF recomputes old log-probs in its own "
+            "pass (make_experience, its own micro-batches; docs/openrlhf.md): allowed here: rollout"
+        )
     world = opts.nodes * opts.gpus_per_node
     if n < 2:
         raise OpenRLHFConfigError(f"train.samples_per_prompt: {n}; group advantages on OpenRLHF need at least 2")

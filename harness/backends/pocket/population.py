@@ -40,9 +40,11 @@ from .stacked_optim import StackedOptimizer
 from .trainer import (
     CKPT,
     PocketTrainer,
+    add_grads,
     add_loss_metrics,
     entropy_change,
     first_order_delta,
+    grad_norm,
     make_generator,
     nonfinite_gradient,
     update_metrics,
@@ -656,6 +658,7 @@ class Population:
             if not act:
                 continue
             plans = self._plans(group, step, work, st, act, u, fixed)
+            penalty = {g: [] for g in act} if u == 0 else None  # each member's penalty gradient (first mini-batch)
             opt.zero_grad()
             mini_sums = {g: {} for g in act}
             n_micro = {g: -(-len(st[g]["minis"][u]) // mb) for g in act}
@@ -689,7 +692,10 @@ class Population:
                     except Exception as e:  # noqa: BLE001 - e.g. a non-finite loss: that member fails alone
                         self.fail(w["i"], e)
                         continue
-                    part = out.loss * ops.micro_batch_weight(m.agg, micro_mask, mini_mask)
+                    weight = ops.micro_batch_weight(m.agg, micro_mask, mini_mask)
+                    if penalty is not None and out.penalty is not None:
+                        add_grads(penalty[g], out.penalty * weight, list(group.params.views().values()), g)
+                    part = out.loss * weight
                     total = part if total is None else total + part
                     n_tok = float(micro_mask.sum())
                     st[g]["tokens"] += n_tok
@@ -709,6 +715,8 @@ class Population:
                     )
                     continue
                 st[g]["norms"].append(gn)
+                if penalty and penalty[g]:
+                    st[g]["penalty/grad_norm"] = grad_norm(penalty[g])
                 for k, v in mini_sums[g].items():
                     st[g]["sums"][k] = st[g]["sums"].get(k, 0.0) + v
                 active[g] = True
@@ -718,6 +726,8 @@ class Population:
             if i not in self.failed:
                 s = st[g]
                 metrics[i].update(update_metrics(s["sums"], s["tokens"], s["sel"], s["norms"]))
+                if "penalty/grad_norm" in s:
+                    metrics[i]["penalty/grad_norm"] = s["penalty/grad_norm"]
 
     def _plans(self, group, step, work, st, act, u, fixed) -> dict:
         """Selection plans of the members whose method needs one (over the whole mini-batch, current weights)."""

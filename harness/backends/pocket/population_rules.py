@@ -19,6 +19,8 @@ def why_apart(configs) -> str | None:
             return f"backend {c.backend!r} has no population training (pocket only)"
         if not models.is_pocket(c.model.name):
             return f"model.name {c.model.name!r} is not a pocket size (only pocket sizes are stacked)"
+        if c.train.old_log_probs != "rollout":
+            return "train.old_log_probs: recompute trains alone (a population takes them from the sampling pass)"
     first = _shared(configs[0])
     for c in configs[1:]:
         diffs = diff_configs(first, _shared(c))

@@ -65,6 +65,7 @@ CKPT = "checkpoints/latest.pt"
 # per-step random streams: (seed, step, purpose) -> independent generator
 PURPOSES = {"prompts": 1, "rollout": 2, "shuffle": 3, "method": 4, "eval": 5}
 _LOSS_KEYS = ("clipfrac", "ppo_kl", "ppo_kl_abs", "entropy/token_mean")
+_COUNT_KEYS = ("selected/below_floor",)  # summed over the step's micro-batches, like selected/count
 
 
 class CheckpointUnreadable(Exception):
@@ -197,6 +198,8 @@ def add_loss_metrics(sums: dict, metrics: dict, n_tok: float, own: str) -> float
     for k, v in metrics.items():
         if k in _LOSS_KEYS or k.startswith(own):  # token-weighted means over the mini-batch
             sums[k] = sums.get(k, 0.0) + v * n_tok
+        elif k in _COUNT_KEYS:
+            sums[k] = sums.get(k, 0.0) + v
     if "log_ratio/max_abs" in metrics:
         sums["log_ratio/max_abs"] = max(sums.get("log_ratio/max_abs", 0.0), metrics["log_ratio/max_abs"])
     return metrics.get("selected/count", 0.0)
@@ -205,10 +208,30 @@ def add_loss_metrics(sums: dict, metrics: dict, n_tok: float, own: str) -> float
 def update_metrics(sums: dict, tokens_total: float, sel_count: float, grad_norms: list) -> dict:
     """The step's update metrics from the mini-batch sums."""
     out = {k: v / max(tokens_total, 1.0) for k, v in sums.items() if k != "log_ratio/max_abs"}
+    out.update({k: sums[k] for k in _COUNT_KEYS if k in sums})
     out["selected/count"] = sel_count
     out["selected/frac"] = sel_count / max(tokens_total, 1.0)
     out["grad_norm"] = sum(grad_norms) / max(len(grad_norms), 1)
     return out
+
+
+def add_grads(acc: list, term, params: list, row: int | None = None) -> None:
+    """Add d term / d params into ``acc`` (one tensor per parameter; row ``row`` of each when the parameters are
+    a population's stacked leaves), leaving ``.grad`` and the graph as they are (the training backward follows)."""
+    grads = torch.autograd.grad(term, params, retain_graph=True, allow_unused=True)
+    grads = [torch.zeros_like(p) if g is None else g for p, g in zip(params, grads)]
+    if row is not None:
+        grads = [g[row] for g in grads]
+    if acc:
+        for a, g in zip(acc, grads):
+            a += g
+    else:
+        acc.extend(grads)
+
+
+def grad_norm(grads: list) -> float:
+    """The L2 norm of a gradient given as one tensor per parameter."""
+    return float(torch.linalg.vector_norm(torch.stack([g.norm() for g in grads])))
 
 
 def nonfinite_gradient(method: str, gn: float, step: int, sums: dict) -> FloatingPointError:
@@ -605,11 +628,12 @@ class PocketTrainer:
         g_method = make_generator(self.cfg.seed, step, "method")
         perm = torch.randperm(B, generator=g_shuffle).to(self.device)
         use_plan = m.needs_global_plan
-        sums, tokens_total, sel_count, grad_norms = {}, 0.0, 0.0, []
+        sums, tokens_total, sel_count, grad_norms, extra = {}, 0.0, 0.0, [], {}
         self.model.train()
-        for mini_rows in torch.tensor_split(perm, cfg.updates_per_rollout):
-            if len(mini_rows) == 0:
-                continue
+        minis = [rows for rows in torch.tensor_split(perm, cfg.updates_per_rollout) if len(rows)]
+        if cfg.old_log_probs == "recompute":
+            old_lp = self._recomputed_old_log_probs(batch, old_lp, minis)
+        for i, mini_rows in enumerate(minis):
             mini = batch.index(mini_rows)
             mini_old, mini_adv = old_lp[mini_rows], adv[mini_rows]
             plan = None
@@ -617,7 +641,12 @@ class PocketTrainer:
                 cur, cur_ent = self._logprobs_chunked(self.model, mini, cfg.temperature, m.needs_entropy)
                 plan = m.selection_plan(cur, mini_old, mini_adv, mini.mask, entropy=cur_ent, generator=g_method)
             self.opt.zero_grad(set_to_none=True)
-            n_tok, mini_sums, n_sel = self.accumulate_gradients(step, mini, mini_old, mini_adv, plan, g_method)
+            penalty = [] if i == 0 else None  # the penalty's own gradient, on the first (on-policy) mini-batch
+            n_tok, mini_sums, n_sel = self.accumulate_gradients(
+                step, mini, mini_old, mini_adv, plan, g_method, penalty_grads=penalty
+            )
+            if penalty:
+                extra["penalty/grad_norm"] = grad_norm(penalty)
             tokens_total += n_tok
             sel_count += n_sel
             for k, v in mini_sums.items():
@@ -628,10 +657,28 @@ class PocketTrainer:
             if not math.isfinite(gn):
                 raise nonfinite_gradient(m.name, gn, step, mini_sums)
             self.opt.step()
-        return update_metrics(sums, tokens_total, sel_count, grad_norms)
+        return {**update_metrics(sums, tokens_total, sel_count, grad_norms), **extra}
 
-    def accumulate_gradients(self, step, mini: Batch, mini_old, mini_adv, plan, generator):
-        """Backward of one mini-batch's loss over its micro-batches; returns (tokens, metric sums, selected)."""
+    def _recomputed_old_log_probs(self, batch: Batch, sampled, minis) -> torch.Tensor:
+        """``train.old_log_probs: recompute``: the old log-probs from a no-grad forward of every micro-batch the
+        update will train on, with the training forward's exact shapes and mode, before the first update: on the
+        first mini-batch log r is then exactly 0 (the sampling pass's log-probs differ by rounding noise)."""
+        cfg, m = self.cfg.train, self.method
+        out = sampled.clone()
+        with torch.no_grad():
+            for rows in minis:
+                mini = batch.index(rows)
+                for s in range(0, mini.input_ids.shape[0], cfg.micro_batch_size):
+                    lp, _ = token_logprobs(
+                        self.model, mini.index(slice(s, s + cfg.micro_batch_size)), cfg.temperature, m.needs_entropy
+                    )
+                    out[rows[s : s + cfg.micro_batch_size]] = lp
+        return out
+
+    def accumulate_gradients(self, step, mini: Batch, mini_old, mini_adv, plan, generator, penalty_grads=None):
+        """Backward of one mini-batch's loss over its micro-batches; returns (tokens, metric sums, selected). With
+        a list ``penalty_grads``, the gradient of the method's penalty term alone is summed into it (one tensor per
+        parameter; left empty for a method without a penalty) without touching the parameters' ``.grad``."""
         cfg, m = self.cfg.train, self.method
         sums, n_tokens, n_sel, own = {}, 0.0, 0.0, f"{m.name}/"
         for s in range(0, mini.input_ids.shape[0], cfg.micro_batch_size):
@@ -648,7 +695,10 @@ class PocketTrainer:
                 generator=generator,
                 selected=plan[sl] if plan is not None else None,
             )
-            (out.loss * ops.micro_batch_weight(m.agg, micro.mask, mini.mask)).backward()
+            weight = ops.micro_batch_weight(m.agg, micro.mask, mini.mask)
+            if penalty_grads is not None and out.penalty is not None:
+                add_grads(penalty_grads, out.penalty * weight, [p for p in self.model.parameters() if p.requires_grad])
+            (out.loss * weight).backward()
             n_tok = float(micro.mask.sum())
             n_tokens += n_tok
             n_sel += add_loss_metrics(sums, out.metrics, n_tok, own)

@@ -74,6 +74,11 @@ def validate(cfg) -> None:
             f"train.optimizer: {cfg.train.optimizer!r} is not supported on the trl backend (GRPOTrainer builds its "
             f"own AdamW); allowed here: adamw"
         )
+    if cfg.train.old_log_probs != "rollout":
+        raise ConfigError(
+            "train.old_log_probs: 'recompute' is pocket's exact pass; TRL's GRPOTrainer computes its own old "
+            "log-probs (docs/backends.md): allowed here: rollout"
+        )
     pocket_options.validate(cfg)
     if cfg.train.dynamic_filtering:
         raise ConfigError(
