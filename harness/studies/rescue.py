@@ -28,7 +28,8 @@ from harness.studies.verdicts import Check, Claim, decide, verdict_markdown
 ARMS = ("grpo", "clip_cov", "kl_cov", "kl_cov_exact")
 WINDOW = 5
 ENTROPY_KEY = "entropy/generated"
-NOISE_KEYS = ("kl_cov/selected_below_floor", "selected/count", "kl_cov/penalty_grad_norm")
+NOISE_KEYS = ("selected/below_floor", "selected/count", "penalty/grad_norm")  # amendment 1's names
+MIN_SEEDS = 10  # fewer paired seeds: inconclusive by design, not analysed (registration, "Budget and stopping")
 # (id, family, statement, arm, reference arm, kind, side); kind: "entropy" (ratio) or "score" (difference)
 HYPOTHESES = (
     ("E1", "entropy", "KL-Cov (rollout) ends with more entropy than GRPO", "kl_cov", "grpo", "entropy", "above"),
@@ -182,6 +183,10 @@ def analyse(root, max_seeds: int | None = None) -> dict:
 
 def write(root, out, max_seeds: int | None = None) -> dict:
     res = analyse(root, max_seeds)
+    if res["n"] < MIN_SEEDS:  # the registered floor: no verdict is read from fewer seeds
+        for claim in res["verdicts"]["claims"]:
+            claim["verdict"], claim["why"] = "inconclusive", f"{res['n']} paired seeds < {MIN_SEEDS} (by design)"
+        res["answer"] = f"inconclusive by design: {res['n']} paired seeds, fewer than the registered {MIN_SEEDS}"
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     (out / "rescue.json").write_text(json.dumps(res, indent=1, sort_keys=True) + "\n", encoding="utf-8")

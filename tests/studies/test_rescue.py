@@ -7,7 +7,7 @@ import math
 import pytest
 import yaml
 
-from harness.studies.rescue import ARMS, analyse, arm_of, plain_answer
+from harness.studies.rescue import ARMS, MIN_SEEDS, analyse, arm_of, plain_answer, write
 
 GRPO_H = {0: 0.02, 1: 0.03, 2: 0.04, 3: 0.05}
 # end entropy of each arm relative to GRPO's, per seed
@@ -26,6 +26,10 @@ def write_run(root, arm, seed, h_end, score, status="completed"):
     train = {"old_log_probs": "recompute"} if arm.endswith("_exact") else {}
     (d / "config.yaml").write_text(yaml.safe_dump({"method": method, "train": train, "seed": seed}))
     rows = [{"step": i + 1, "entropy/generated": 0.5 if i < 5 else h_end} for i in range(20)]
+    if arm.startswith("kl_cov"):  # the descriptive noise measures (amendment 1's metric keys), rollout arm only
+        noisy = not arm.endswith("_exact")
+        for r in rows:
+            r.update({"selected/below_floor": 3.0 * noisy, "selected/count": 8.0, "penalty/grad_norm": 0.5 * noisy})
     (d / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     suite = {"countdown": {"metrics": {"avg@4": score}, "primary": "avg@4"}}
     (d / "eval" / "step_10.json").write_text(json.dumps({"step": 10, "suites": {"countdown": {**suite["countdown"]}}}))
@@ -92,3 +96,17 @@ def test_a_failed_run_excludes_its_seed_and_max_seeds_cuts_in_order(study):
 def test_the_registered_answers(e1, e2, e3, start):
     verdicts = {"claims": [{"claim": k, "verdict": v} for k, v in (("E1", e1), ("E2", e2), ("E3", e3))]}
     assert plain_answer(verdicts).startswith(start)
+
+
+def test_noise_measures_are_read_under_amendment_1s_keys(study):
+    noise = analyse(study)["noise_per_step_mean"]
+    assert noise["kl_cov"] == {"selected/below_floor": 3.0, "selected/count": 8.0, "penalty/grad_norm": 0.5}
+    assert noise["kl_cov_exact"]["penalty/grad_norm"] == 0.0 and noise["grpo"] == {}
+
+
+def test_fewer_than_the_registered_seeds_is_inconclusive_by_design(study, tmp_path):
+    assert analyse(study)["verdicts"]["claims"][0]["verdict"] == "reproduces"  # E1 holds at n = 4 ...
+    res = write(study, tmp_path / "out")  # ... but the registration reads no verdict below MIN_SEEDS
+    assert res["n"] == 4 < MIN_SEEDS
+    assert {c["verdict"] for c in res["verdicts"]["claims"]} == {"inconclusive"}
+    assert "inconclusive by design" in (tmp_path / "out" / "rescue.md").read_text()
