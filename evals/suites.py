@@ -149,25 +149,31 @@ class Suite:
         return self._from_hub()
 
     def _from_hub(self) -> list[dict]:
-        try:
+        if self.revision is None:
             import sys
 
+            print(
+                f"warning: suite {self.name} loads {self.hf_id} at the hub's main (no pinned revision)", file=sys.stderr
+            )
+        return self.hub_rows(revision=self.revision)
+
+    def hub_rows(self, revision: str | None = None, copy: str | Path | None = None) -> list[dict]:
+        """The suite's rows in the hub's fields: ``datasets.load_dataset(hf_id, hf_config, split, revision)``, or
+        the same call on ``copy``, a local folder holding the dataset repo's files (``harness stage --source``)."""
+        try:
             import datasets
 
-            if self.revision is None:
-                print(
-                    f"warning: suite {self.name} loads {self.hf_id} at the hub's main (no pinned revision)",
-                    file=sys.stderr,
-                )
-            ds = datasets.load_dataset(self.hf_id, self.hf_config, split=self.split, revision=self.revision)
+            where = str(copy) if copy is not None else self.hf_id
+            ds = datasets.load_dataset(where, self.hf_config, split=self.split, revision=None if copy else revision)
             return [dict(r) for r in ds]
         except Exception as e:  # noqa: BLE001 - offline, gated, renamed: all the same advice
             cfg = f" (config {self.hf_config})" if self.hf_config else ""
-            rev = f" at revision {self.revision}" if self.revision else ""
+            rev = f" at revision {revision}" if revision and copy is None else ""
+            where = f"the local copy {copy} of " if copy is not None else ""
             raise FileNotFoundError(
-                f"could not load the dataset {self.hf_id}{cfg}{rev} split {self.split!r} for suite {self.name}: "
-                f"{type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''}. Offline? Put the data in "
-                f"DIR/{self.name}.jsonl (fields: {self.fields}) and pass --data-dir DIR"
+                f"could not load {where}the dataset {self.hf_id}{cfg}{rev} split {self.split!r} for suite "
+                f"{self.name}: {type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''}. Offline? Put the "
+                f"data in DIR/{self.name}.jsonl (fields: {self.fields}) and pass --data-dir DIR"
             ) from None
 
 
