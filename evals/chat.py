@@ -10,19 +10,3 @@ def chat_format(tokenizer, prompt: str, chat: bool | None) -> str:
     return tokenizer.apply_chat_template(
         [{"role": "user", "content": prompt}], tokenize=False, add_generation_prompt=True
     )
-
-
-def engine_tokenizer(engine):
-    """The tokenizer whose chat template formats prompts for ``engine``: its own (hf), else the model's (vllm):
-    a backend's own tokenizer format first, as the hf engine loads it, then ``AutoTokenizer``."""
-    tok = getattr(engine, "tokenizer", None)
-    if tok is not None:
-        return tok
-    from transformers import AutoTokenizer
-
-    from harness.backends import load_tokenizer
-
-    from .engines import split_model_path
-
-    path, extra = split_model_path(engine.model_id)
-    return (None if extra else load_tokenizer(path)) or AutoTokenizer.from_pretrained(path, **extra)

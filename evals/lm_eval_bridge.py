@@ -160,7 +160,7 @@ def _lm_class():
 
         def _tokenizer(self):
             if getattr(self, "_tok", None) is None:
-                from .chat import engine_tokenizer
+                from .engines import engine_tokenizer
 
                 self._tok = engine_tokenizer(self.engine)
             return self._tok
