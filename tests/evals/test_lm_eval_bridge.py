@@ -216,4 +216,7 @@ def test_lm_eval_chat_scores_a_chat_model_through_its_template(tiny_chat_model, 
 def test_lm_eval_chat_refuses_a_tokenizer_without_a_template(tiny_model, tiny_data, tmp_path, capsys):
     assert _lm_eval_cli(tiny_model, tiny_data, tmp_path / "out", "--chat") == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert err[-1] == f"error: --chat: the tokenizer of {tiny_model} has no chat template; drop --chat to score raw prompts"
+    assert (
+        err[-1]
+        == f"error: --chat: the tokenizer of {tiny_model} has no chat template; drop --chat to score raw prompts"
+    )
