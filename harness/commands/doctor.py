@@ -22,11 +22,15 @@ def register(sub) -> None:
     p.add_argument("--cpu", action="store_true", help="run only the checks that need no GPU (GPU checks: skipped)")
     p.add_argument("--json", metavar="FILE", help="write the report here (with --slurm: every partition's)")
     p.add_argument("--spec", help="a sweep spec: check for what its cells need (default: the whole GPU path)")
-    p.add_argument("--need-gb", type=float, help="free disk (GiB) the runs need where they go (--path)")
-    p.add_argument("--path", help="where the runs go, for the disk check (default: runs/<spec name>, else here)")
+    p.add_argument("--need-gb", type=float, metavar="N", help="free disk (GiB) the runs need where they go (--path)")
+    p.add_argument(
+        "--path", metavar="DIR", help="where the runs go, for the disk check (default: runs/<spec name>, else here)"
+    )
     p.add_argument("--online", action="store_true", help="the compute nodes reach the hub (staging not required)")
     p.add_argument("--slurm", action="store_true", help="run the doctor as a one-node job on each SLURM partition")
-    p.add_argument("--partitions", help="with --slurm: these partitions only (comma-separated; default: all)")
+    p.add_argument(
+        "--partitions", metavar="P,...", help="with --slurm: these partitions only (comma-separated; default: all)"
+    )
     p.set_defaults(func=run)
 
 

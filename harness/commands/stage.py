@@ -19,10 +19,11 @@ def register(sub) -> None:
         "jobs with the hub offline, reading only these (docs/gpu.md).",
     )
     p.add_argument("spec", help="sweep spec YAML")
-    p.add_argument("--to", type=Path, help="the stage directory (default: the spec's stage_dir)")
+    p.add_argument("--to", type=Path, metavar="DIR", help="the stage directory (default: the spec's stage_dir)")
     p.add_argument(
         "--source",
         default="hub",
+        metavar="hub|DIR",
         help="hub (default: download), or a local folder holding <org>/<name>/ copies of the hub repos",
     )
     p.add_argument(

@@ -17,6 +17,7 @@ import yaml
 from harness.cli import main
 from harness.sweeps import expand, load_spec
 from harness.sweeps.staging import where_from
+from tests.helpers.tiny_hf import save_tiny_qwen
 
 FIXTURES = Path(__file__).resolve().parents[2] / "evals" / "data" / "fixtures"
 MODEL = "fake-org/tiny-qwen"  # exists on no hub: only the stage can give it to a job
@@ -29,27 +30,8 @@ def sha256(path: Path) -> str:
 @pytest.fixture(scope="module")
 def hub(tmp_path_factory) -> Path:
     """A local folder standing in for the hub: <org>/<name>/ of one model repo and one dataset repo."""
-    from transformers import Qwen2Config, Qwen2ForCausalLM
-
-    from harness.backends.pocket.tokenizer import build_char_tokenizer
-
     root = tmp_path_factory.mktemp("hub")
-    tok = build_char_tokenizer()
-    cfg = Qwen2Config(
-        vocab_size=len(tok),
-        hidden_size=32,
-        num_hidden_layers=2,
-        num_attention_heads=2,
-        num_key_value_heads=2,
-        intermediate_size=64,
-        max_position_embeddings=64,
-        tie_word_embeddings=True,
-        pad_token_id=0,
-        bos_token_id=1,
-        eos_token_id=2,
-    )
-    Qwen2ForCausalLM(cfg).save_pretrained(root / MODEL)
-    tok.save_pretrained(root / MODEL)
+    save_tiny_qwen(root / MODEL)
     (root / "HuggingFaceH4" / "MATH-500").mkdir(parents=True)
     shutil.copy(FIXTURES / "math500.jsonl", root / "HuggingFaceH4" / "MATH-500" / "test.jsonl")
     (root / "HuggingFaceH4" / "MATH-500" / ".revision").write_text("6e4ed1a2a79af7d8630a6b768ec859cb5af4d3be\n")
