@@ -252,6 +252,20 @@ class VLLMEngine(Engine):
         self._closed = True
 
 
+def engine_tokenizer(engine):
+    """The tokenizer whose chat template formats prompts for ``engine``: its own (hf), else the model's (vllm):
+    a backend's own tokenizer format first, as the hf engine loads it, then ``AutoTokenizer``."""
+    tok = getattr(engine, "tokenizer", None)
+    if tok is not None:
+        return tok
+    from transformers import AutoTokenizer
+
+    from harness.backends import load_tokenizer
+
+    path, extra = split_model_path(engine.model_id)
+    return (None if extra else load_tokenizer(path)) or AutoTokenizer.from_pretrained(path, **extra)
+
+
 def make_engine(name: str, model: str, **kw) -> Engine:
     cls = ENGINES.get(name)
     return cls(model, **{k: v for k, v in kw.items() if v is not None})

@@ -12,7 +12,9 @@
 2. Any lm-eval generation task through our engines: the ``harness`` LM (``HarnessLM``) wraps an
    ``harness.evals.engines`` engine; ``run_lm_eval`` calls ``lm_eval.simple_evaluate`` with it
    (``harness eval --model M --lm-eval-tasks gsm8k,...``). Log-likelihood tasks are not supported (our engines
-   only generate) and fail with a clear error.
+   only generate) and fail with a clear error. With ``--chat`` lm-eval renders each request with the model's
+   chat template through the LM's ``apply_chat_template`` (and keys its cache by ``tokenizer_name``, both of which
+   lm-eval 0.4.13 requires of a chat-capable LM); the engine then gets the rendered text as it is.
 """
 
 from __future__ import annotations
@@ -156,6 +158,41 @@ def _lm_class():
                 engine = make_engine(engine_name, model, **engine_kw)
             self.engine = engine
 
+        def _tokenizer(self):
+            if getattr(self, "_tok", None) is None:
+                from .engines import engine_tokenizer
+
+                self._tok = engine_tokenizer(self.engine)
+            return self._tok
+
+        def require_chat_template(self) -> None:
+            """Refuse ``--chat`` for a tokenizer without a chat template (before any request is built)."""
+            if not getattr(self._tokenizer(), "chat_template", None):
+                raise ValueError(
+                    f"--chat: the tokenizer of {self.engine.model_id} has no chat template; drop --chat to score raw "
+                    f"prompts"
+                )
+
+        @property
+        def tokenizer_name(self) -> str:
+            """What lm-eval keys its request cache by when it applies a chat template (as its hf model does)."""
+            name = getattr(self._tokenizer(), "name_or_path", None) or self.engine.model_id
+            return str(name).replace("/", "__")
+
+        def chat_template(self, chat_template: bool | str = False) -> str | None:
+            """The template lm-eval records for the run (None when it applies none)."""
+            return self._tokenizer().chat_template if chat_template else None
+
+        def apply_chat_template(self, chat_history: list[dict], add_generation_prompt: bool = True) -> str:
+            """The chat history as the model's template renders it (a prefilled last assistant message continued)."""
+            self.require_chat_template()
+            return self._tokenizer().apply_chat_template(
+                chat_history,
+                tokenize=False,
+                add_generation_prompt=add_generation_prompt,
+                continue_final_message=not add_generation_prompt,
+            )
+
         def generate_until(self, requests, disable_tqdm: bool = False):
             out: list[str | None] = [None] * len(requests)
             groups: dict = {}
@@ -246,8 +283,11 @@ def run_lm_eval(
 
     paths = [str(TASK_DIR)] + ([include_path] if include_path else [])
     tm = TaskManager(include_path=paths, metadata=metadata or {})
+    lm = harness_lm(engine)
+    if apply_chat_template:
+        lm.require_chat_template()
     return lm_eval.simple_evaluate(
-        model=harness_lm(engine),
+        model=lm,
         tasks=tasks,
         task_manager=tm,
         limit=limit,

@@ -149,25 +149,31 @@ class Suite:
         return self._from_hub()
 
     def _from_hub(self) -> list[dict]:
-        try:
+        if self.revision is None:
             import sys
 
+            print(
+                f"warning: suite {self.name} loads {self.hf_id} at the hub's main (no pinned revision)", file=sys.stderr
+            )
+        return self.hub_rows(revision=self.revision)
+
+    def hub_rows(self, revision: str | None = None, copy: str | Path | None = None) -> list[dict]:
+        """The suite's rows in the hub's fields: ``datasets.load_dataset(hf_id, hf_config, split, revision)``, or
+        the same call on ``copy``, a local folder holding the dataset repo's files (``harness stage --source``)."""
+        try:
             import datasets
 
-            if self.revision is None:
-                print(
-                    f"warning: suite {self.name} loads {self.hf_id} at the hub's main (no pinned revision)",
-                    file=sys.stderr,
-                )
-            ds = datasets.load_dataset(self.hf_id, self.hf_config, split=self.split, revision=self.revision)
+            where = str(copy) if copy is not None else self.hf_id
+            ds = datasets.load_dataset(where, self.hf_config, split=self.split, revision=None if copy else revision)
             return [dict(r) for r in ds]
         except Exception as e:  # noqa: BLE001 - offline, gated, renamed: all the same advice
             cfg = f" (config {self.hf_config})" if self.hf_config else ""
-            rev = f" at revision {self.revision}" if self.revision else ""
+            rev = f" at revision {revision}" if revision and copy is None else ""
+            where = f"the local copy {copy} of " if copy is not None else ""
             raise FileNotFoundError(
-                f"could not load the dataset {self.hf_id}{cfg}{rev} split {self.split!r} for suite {self.name}: "
-                f"{type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''}. Offline? Put the data in "
-                f"DIR/{self.name}.jsonl (fields: {self.fields}) and pass --data-dir DIR"
+                f"could not load {where}the dataset {self.hf_id}{cfg}{rev} split {self.split!r} for suite "
+                f"{self.name}: {type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''}. Offline? Put the "
+                f"data in DIR/{self.name}.jsonl (fields: {self.fields}) and pass --data-dir DIR"
             ) from None
 
 
@@ -317,13 +323,19 @@ def kodcode_row(row: dict, i: int) -> dict:
 
 
 # Hub revisions of the suites (the commit each suite's load_dataset reads). The pins below were found offline in
-# public third-party code and dataset cards that pin them (not downloaded here); REVISION_TO_FILL marks a suite
-# whose commit could not be looked up offline: it must be filled with the hub commit you evaluate on. Until then
-# the suite loads the hub's current main and says so (nothing is refused).
+# public third-party code and dataset cards that pin them (not downloaded here; each named by two or more independent
+# public sources, see docs/data.md); REVISION_TO_FILL marks a suite whose commit could not be found offline: it must
+# be filled with the hub commit you evaluate on (a staged sweep's manifest records the one it staged). Until then the
+# suite loads the hub's current main and says so (nothing is refused).
 REVISION_TO_FILL = None
+REV_AIME24 = "8d88b2876a82a080e2f172cc9b25d0d9d2cb4792"  # read with the same split/fields by public loaders
 REV_AIME25 = "563bb8404243c5f09de6ec262f2db674fe5bce9b"  # main on 2026-08-11 per a public dataset card (Hub API sha)
+REV_AMC23 = "80815d37005feb82cd7f8fbc6901d5d3eff43057"  # public loaders expect 40 rows (question, answer) at it
 REV_MATH500 = "6e4ed1a2a79af7d8630a6b768ec859cb5af4d3be"  # pinned by a public eval harness
+REV_MINERVA = "ee46ddc498933b1977577953250ca5c66be64f96"  # public loaders expect 272 rows (question, answer) at it
+REV_OLYMPIADBENCH = "91184b52131e7fc9455fef848035173aea8cc01a"  # OE_TO_maths_en_COMP: 674 rows per public loaders
 REV_HUMANEVAL_PLUS = "d32357cf319e50e9c8d8dab5ea876c72b0fd321b"  # a public loader reads test.jsonl at it
+REV_MBPP_PLUS = "b2d74c91837c3f2a20c1299ae98133cbe7cfa077"  # 378 rows (evalplus v0.2.0) per public loaders
 REV_LIVECODEBENCH = "0fe84c3912ea0c4d4a78037083943e8f0c4dd505"  # pinned by public code (holds test.jsonl..test6.jsonl)
 
 
@@ -343,7 +355,7 @@ _register(
         protocol=SAMPLED,
         fields=MATH_FIELDS,
         note="AIME 2024 I+II, 30 problems",
-        revision=REVISION_TO_FILL,
+        revision=REV_AIME24,
     )
 )
 _register(
@@ -369,7 +381,7 @@ _register(
         protocol=SAMPLED,
         fields=MATH_FIELDS,
         note="AMC 2023, 40 problems (answers stored as floats upstream)",
-        revision=REVISION_TO_FILL,
+        revision=REV_AMC23,
     )
 )
 _register(
@@ -393,7 +405,7 @@ _register(
         math_row(),
         fields=MATH_FIELDS + " (or a solution with \\boxed{})",
         note="Minerva-Math (MIT OCW), 272 problems; NOT lm-eval's minerva_math",
-        revision=REVISION_TO_FILL,
+        revision=REV_MINERVA,
     )
 )
 _register(
@@ -405,8 +417,8 @@ _register(
         olympiad_row,
         hf_config="OE_TO_maths_en_COMP",
         fields="id, question, final_answer (list), context",
-        note="OlympiadBench OE_TO maths en COMP, 675 problems",
-        revision=REVISION_TO_FILL,
+        note="OlympiadBench OE_TO maths en COMP, 674 problems at the pinned commit (the paper's eval file: 675)",
+        revision=REV_OLYMPIADBENCH,
     )
 )
 _register(
@@ -444,7 +456,7 @@ _register(
         template="code_task",
         fields="task_id, prompt, test_list, test_imports, test",
         note="MBPP+",
-        revision=REVISION_TO_FILL,
+        revision=REV_MBPP_PLUS,
     )
 )
 _register(

@@ -26,7 +26,7 @@ from __future__ import annotations
 import os
 import shlex
 import sys
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -120,6 +120,12 @@ class Backend:
     def load_tokenizer(self, path: Path) -> Any | None:
         """The tokenizer of a model directory this backend wrote in its own format, else None."""
         return None
+
+    def stage_files(self, config) -> dict[str, Callable[[], str]]:
+        """Files this backend renders once for every run of ``config`` when a sweep is staged (``harness stage``),
+        instead of each job rendering its own: a path relative to the stage directory -> a function returning the
+        text (called only while staging, with ``config.eval.data_dir`` naming the staged suites). Default: none."""
+        return {}
 
 
 def harness_train_command(run_dir: str | Path) -> str:

@@ -258,7 +258,7 @@ def _cmd_lm_eval(args) -> int:
         meta.setdefault("fixtures", True)
     if args.template:
         meta.setdefault("template", args.template)
-    kwargs = engine_kwargs(args, chat=bool(args.chat))
+    kwargs = engine_kwargs(args, chat=False)  # with --chat, lm-eval renders the template (HarnessLM), not the engine
     engine = make_engine(args.engine, args.model, **kwargs)
     tasks = [t.strip() for t in args.lm_eval_tasks.split(",") if t.strip()]
     try:
@@ -280,6 +280,7 @@ def _cmd_lm_eval(args) -> int:
         "engine": args.engine,
         "engine_options": {k: v for k, v in kwargs.items() if v is not None},
         "gen_kwargs": gen_kwargs,
+        "apply_chat_template": bool(args.chat),
         "tasks": tasks,
         "limit": args.limit,
         "provenance": provenance.collect(),

@@ -1,5 +1,6 @@
 """``harness sweep SPEC [--executor local|slurm|debug] [--runs-dir DIR] [--dry-run] [--wait]
-[--only failed|pending|unknown|ALIAS|ID ...] [--results-dir DIR]``: expand a sweep spec and submit its cells."""
+[--only failed|pending|unknown|ALIAS|ID ...] [--results-dir DIR] [--online]``: expand a sweep spec and submit its
+cells (a spec with ``stage_dir`` only once its inputs are staged: harness stage)."""
 
 from __future__ import annotations
 
@@ -61,6 +62,12 @@ def register(sub) -> None:
         "--results-dir", type=Path, help="after the sweep finishes, write its report here (harness.results.report)"
     )
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.add_argument(
+        "--online",
+        action="store_true",
+        help="slurm: the compute nodes reach the Hugging Face hub (else a sweep that reads the hub must be staged "
+        "first: harness stage)",
+    )
     p.set_defaults(func=run)
 
 
@@ -78,6 +85,7 @@ def run(args: argparse.Namespace) -> int:
 
         check_output_dir(args.results_dir, "--results-dir")
         check_placement(args.results_dir, "report")
+    cells = staged(spec, cells, args.executor, args.online, args.dry_run)
     if args.dry_run:
         print_plan(spec, cells, runs_dir, args.executor)
         return 0
@@ -92,6 +100,21 @@ def run(args: argparse.Namespace) -> int:
     commands = launch_commands(cells, runs_dir)  # backend errors surface before anything is written
     with submission_lock(runs_dir):
         return _submit(args, spec, cells, runs_dir, commands)
+
+
+def staged(spec: SweepSpec, cells: list[Cell], executor: str, online: bool, dry_run: bool) -> list[Cell]:
+    """The cells pointed at the spec's stage (``stage_dir``: offline jobs, harness/sweeps/staging.py). A sweep whose
+    inputs are not staged, or a SLURM sweep that would read the hub from compute nodes, is refused here, before
+    anything is written or queued; a dry run says so and shows the cells as they are."""
+    from harness.sweeps.staging import apply_stage, stage_dir_of, submission_problem
+
+    problem = submission_problem(spec, cells, executor, online)
+    if problem and not dry_run:
+        raise ValueError(problem)
+    if problem:
+        print(f"note: {problem}")
+    stage = stage_dir_of(spec)
+    return cells if stage is None or problem else apply_stage(cells, stage)
 
 
 @contextmanager

@@ -9,6 +9,8 @@ seeds: [0, 1]                                # sets `seed`
 resources: {default: {...}, groups: [{match: {<path>: value}, <resource keys>...}]}
 population: auto                             # or off (default): cells that differ only in seed and method
                                              # train as one population job (harness/sweeps/population.py)
+stage_dir: /shared/stage/paper               # jobs read only what `harness stage` put there, offline
+                                             # (harness/sweeps/staging.py); relative to the working directory
 """
 
 from __future__ import annotations
@@ -24,7 +26,18 @@ from harness.registry import did_you_mean
 from harness.run import keypaths as paths
 from harness.sweeps.resources import check_resources
 
-TOP_KEYS = ("name", "description", "base", "grid", "zip", "exclude", "seeds", "resources", "population")
+TOP_KEYS = (
+    "name",
+    "description",
+    "base",
+    "grid",
+    "zip",
+    "exclude",
+    "seeds",
+    "resources",
+    "population",
+    "stage_dir",
+)
 POPULATION_MODES = ("auto", "off")
 RESOURCE_SECTION_KEYS = ("default", "groups")
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
@@ -54,6 +67,7 @@ class SweepSpec:
     description: str = ""
     population: str = "off"  # auto: cells that can train as one population do (harness/sweeps/population.py)
     source: Path | None = None  # the spec file, when read from one
+    stage_dir: str | None = None  # where `harness stage` put the inputs its jobs read offline (None: not staged)
     raw: dict = field(default_factory=dict)
 
     @property
@@ -100,6 +114,7 @@ def _parse(data: dict, path: Path | None) -> SweepSpec:
         description=str(data.get("description") or ""),
         population=_population(data.get("population", "off")),
         source=path,
+        stage_dir=_stage_dir(data.get("stage_dir")),
         raw=data,
     )
     spec.exclude = _exclude(data.get("exclude", []), spec)
@@ -116,6 +131,12 @@ def _population(value: Any) -> str:
             f"as one population job) or off (one job per cell, the default)"
         )
     return value
+
+
+def _stage_dir(value: Any) -> str | None:
+    if value is None or (isinstance(value, str) and value.strip()):
+        return value
+    raise SpecError(f"stage_dir: expected a folder path (where `harness stage` put the sweep's inputs), got {value!r}")
 
 
 def _base(value: Any, spec_path: Path | None) -> dict:

@@ -17,18 +17,31 @@ TINY_PROBLEMS = [  # (problem, gold answer, what the model is trained to say)
 TINY_EXPECTED_GREEDY = 0.5
 
 
-def build_tiny_model(out_dir, steps: int = 300):
+# a chat template of three characters: a user turn is <text>, the assistant's turn starts after =
+TINY_CHAT_TEMPLATE = "{% for m in messages %}<{{ m['content'] }}>{% endfor %}{% if add_generation_prompt %}={% endif %}"
+
+
+def tiny_chat_texts() -> list[tuple[str, str]]:
+    """The tiny chat model's training pairs: each problem in the chat template answered right (boxed gold), the
+    same problem raw answered "no idea": it scores 1.0 only when its template is applied, 0.0 without."""
+    chat = [(f"<{p}>=", f"\\boxed{{{a}}}") for p, a, _ in TINY_PROBLEMS]
+    return chat + [(p, "no idea") for p, _, _ in TINY_PROBLEMS]
+
+
+def build_tiny_model(out_dir, steps: int = 300, texts=None, chat_template: str | None = None):
     import torch
     from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
     from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 
-    texts = [(p, r) for p, _, r in TINY_PROBLEMS]
+    texts = texts or [(p, r) for p, _, r in TINY_PROBLEMS]
     chars = sorted({c for p, r in texts for c in p + r} | set("0123456789+-?{}\\ abcdefghijklmnopqrstuvwxyz"))
     vocab = {"<pad>": 0, "<eos>": 1, "<unk>": 2, **{c: i + 3 for i, c in enumerate(chars)}}
     tk = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
     tk.pre_tokenizer = pre_tokenizers.Split(Regex("."), behavior="isolated")
     tk.decoder = decoders.Fuse()
     tok = PreTrainedTokenizerFast(tokenizer_object=tk, pad_token="<pad>", eos_token="<eos>", unk_token="<unk>")
+    if chat_template:
+        tok.chat_template = chat_template
     cfg = LlamaConfig(
         vocab_size=len(vocab),
         hidden_size=64,
@@ -70,6 +83,13 @@ def build_tiny_model(out_dir, steps: int = 300):
 @pytest.fixture(scope="session")
 def tiny_model(tmp_path_factory):
     return str(build_tiny_model(tmp_path_factory.mktemp("tiny_model")))
+
+
+@pytest.fixture(scope="session")
+def tiny_chat_model(tmp_path_factory):
+    """The tiny model trained on ``tiny_chat_texts`` with ``TINY_CHAT_TEMPLATE`` saved in its tokenizer."""
+    out = tmp_path_factory.mktemp("tiny_chat_model")
+    return str(build_tiny_model(out, steps=600, texts=tiny_chat_texts(), chat_template=TINY_CHAT_TEMPLATE))
 
 
 @pytest.fixture()

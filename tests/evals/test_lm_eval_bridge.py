@@ -194,3 +194,29 @@ def test_process_results_code_goes_through_the_sandbox():
         ],
     )
     assert r["avg_at_k"] == pytest.approx(1 / 3) and r["pass_at_k"] == 1.0
+
+
+def test_lm_eval_chat_scores_a_chat_model_through_its_template(tiny_chat_model, tiny_data, tmp_path):
+    """Issue 34 item 7: `--chat` crashed on lm-eval 0.4.13 (the LM lacked `tokenizer_name`). The tiny chat model
+    answers each problem right only inside its template (<problem>=) and says "no idea" to the raw problem, so
+    the real lm-eval scores it 1.0 with --chat and 0.0 without; the template is applied once (by lm-eval)."""
+    chat, raw = tmp_path / "chat", tmp_path / "raw"
+    assert _lm_eval_cli(tiny_chat_model, tiny_data, chat, "--chat", "--max-tokens", "12") == 0
+    assert _lm_eval_cli(tiny_chat_model, tiny_data, raw, "--max-tokens", "12") == 0
+    res = json.loads((chat / "lm_eval_results.json").read_text())
+    assert res["results"]["harness_math500"]["avg_at_k,all"] == 1.0
+    assert json.loads((raw / "lm_eval_results.json").read_text())["results"]["harness_math500"]["avg_at_k,all"] == 0.0
+    assert res["harness"]["apply_chat_template"] is True and res["harness"]["engine_options"]["chat"] is False
+    samples = [json.loads(x) for x in (chat / "lm_eval_samples_harness_math500.jsonl").read_text().splitlines()]
+    (first,) = [x for x in samples if x["doc"]["prompt_text"] == "2+3?"]
+    assert first["arguments"][0][0] == "<2+3?>="  # the request lm-eval built: rendered by the template, once
+    assert first["resps"][0][0] == "\\boxed{5}"
+
+
+def test_lm_eval_chat_refuses_a_tokenizer_without_a_template(tiny_model, tiny_data, tmp_path, capsys):
+    assert _lm_eval_cli(tiny_model, tiny_data, tmp_path / "out", "--chat") == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert (
+        err[-1]
+        == f"error: --chat: the tokenizer of {tiny_model} has no chat template; drop --chat to score raw prompts"
+    )

@@ -15,11 +15,13 @@ import harness.commands
 from harness.cli import build_parser, command_modules
 
 GOLDEN = Path(__file__).with_name("cli_golden.json")
-HELP_ORDER = [  # `harness --help`, as it has always listed them
+HELP_ORDER = [  # `harness --help`, as it has always listed them (stage and doctor added by issue 34)
     "methods",
     "train",
     "export",
     "data",
+    "stage",
+    "doctor",
     "sweep",
     "status",
     "eval",

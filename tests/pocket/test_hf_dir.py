@@ -7,32 +7,12 @@ import pytest
 from harness.io import read_jsonl
 from harness.run.config import ConfigError, load_config
 from harness.run.runner import run
+from tests.helpers.tiny_hf import save_tiny_qwen
 
 
 @pytest.fixture
 def hf_dir(tmp_path):
-    from transformers import Qwen2Config, Qwen2ForCausalLM
-
-    from harness.backends.pocket.tokenizer import build_char_tokenizer
-
-    tok = build_char_tokenizer()
-    cfg = Qwen2Config(
-        vocab_size=len(tok),
-        hidden_size=32,
-        num_hidden_layers=2,
-        num_attention_heads=2,
-        num_key_value_heads=2,
-        intermediate_size=64,
-        max_position_embeddings=64,
-        tie_word_embeddings=True,
-        pad_token_id=0,
-        bos_token_id=1,
-        eos_token_id=2,
-    )
-    d = tmp_path / "tiny-hf"
-    Qwen2ForCausalLM(cfg).save_pretrained(d)
-    tok.save_pretrained(d)
-    return d
+    return save_tiny_qwen(tmp_path / "tiny-hf")
 
 
 def test_hf_directory_and_jsonl_task(hf_dir, tmp_path, tiny):

@@ -50,6 +50,17 @@ class OpenRLHFBackend(Backend):
             return "off"
         return f"every {ec.every} steps on {', '.join(ec.suites) or dataset}"
 
+    def stage_files(self, config) -> dict:
+        """The in-loop eval set of ``eval.suites``, rendered once for every run that evaluates on the same suites
+        (``evalset.staged_name``); each launch copies it instead of rendering its own."""
+        from harness.backends.openrlhf import evalset
+        from harness.backends.openrlhf.flags import build_plan
+
+        spec = build_plan(config, "run-dir").plugin.get("eval")
+        if not spec or not spec.get("suites"):
+            return {}
+        return {evalset.staged_name(spec): lambda: evalset.render(spec)}
+
     def layout(self, config) -> dict:
         """Ray places the actor, reference and vLLM workers over all of the job's nodes and GPUs."""
         section = options.options_of(config)

@@ -5,7 +5,9 @@ OpenRLHF evaluates one JSONL every ``--eval.steps`` (``PPOTrainer.evaluate``: ev
 ``datasource``). :func:`check` decides at config load whether the ``eval:`` section can run that way and names why
 not; :func:`write` renders each suite's rows with the suite's own template into ``{prompt, answer, datasource}``
 (``datasource`` = the suite) in the run directory when the launcher starts (``EVAL_FILE``), so the prompts are
-exactly those ``harness eval`` shows a model; the chat template is applied by OpenRLHF as for training prompts.
+exactly those ``harness eval`` shows a model; the chat template is applied by OpenRLHF as for training prompts. A
+staged sweep (``harness stage``) renders each distinct eval set once into the stage (:func:`staged_name`) and
+every launch copies it from there instead of rendering (offline compute nodes).
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from pathlib import Path
 from harness.backends.openrlhf.options import OpenRLHFConfigError
 
 EVAL_FILE = "openrlhf_eval.jsonl"  # in the run directory
+STAGED_DIR = "evalsets"  # in a stage directory (harness stage): one file per distinct eval set
 REWARD_KIND = {"math": "math", "code": "code"}  # suite kind -> the openrlhf.reward that grades it
 
 
@@ -113,11 +116,31 @@ def rows(spec: dict) -> list[dict]:
     return out
 
 
-def write(spec: dict) -> Path:
-    """Render the eval dataset into ``spec["dataset"]`` (atomically); returns its path."""
+def render(spec: dict) -> str:
+    """The eval dataset's text: one sorted-key JSON row per line."""
+    return "".join(json.dumps(r, sort_keys=True) + "\n" for r in rows(spec))
+
+
+def staged_name(spec: dict) -> str:
+    """Where ``harness stage`` puts this eval set, relative to the stage directory: named by what decides its rows
+    (the suites, fixtures, the problem limit), so every run of a sweep with the same ones reads one file."""
+    import hashlib
+
+    key = {"suites": list(spec["suites"]), "fixtures": bool(spec.get("fixtures")), "limit": spec.get("limit")}
+    digest = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:16]
+    return f"{STAGED_DIR}/{digest}.jsonl"
+
+
+def write(spec: dict, stage_dir: Path | None = None) -> tuple[Path, str]:
+    """The eval dataset into ``spec["dataset"]`` (atomically): copied from the stage when the job is staged and the
+    stage holds it (rendered once by ``harness stage``), else rendered here. Returns its path and where it came
+    from, in words."""
     from harness.io import atomic_write_text
 
     path = Path(spec["dataset"])
-    text = "".join(json.dumps(r, sort_keys=True) + "\n" for r in rows(spec))
-    atomic_write_text(path, text)
-    return path
+    staged = Path(stage_dir) / staged_name(spec) if stage_dir else None
+    if staged is not None and staged.is_file():
+        atomic_write_text(path, staged.read_text())
+        return path, f"the staged copy {staged}"
+    atomic_write_text(path, render(spec))
+    return path, "rendered from " + (spec.get("data_dir") or ("the fixtures" if spec.get("fixtures") else "the hub"))

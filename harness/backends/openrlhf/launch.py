@@ -53,8 +53,10 @@ def runtime_env(extra_env: dict | None = None) -> dict:
         "RAY_ENABLE_ZERO_COPY_TORCH_TENSORS": os.environ.get("RAY_ENABLE_ZERO_COPY_TORCH_TENSORS", "1"),
         "PYTHONPATH": os.pathsep.join(p for p in (REPO_ROOT, os.environ.get("PYTHONPATH", "")) if p),
     }
+    from harness.run.offline import PASSED_ON  # a staged job's workers read only the stage too
+
     for key, value in os.environ.items():
-        if key.startswith("HARNESS_"):
+        if key.startswith("HARNESS_") or key in PASSED_ON:
             env[key] = value
     if env.get("HARNESS_OPENRLHF_REHEARSAL") == "1":  # CPU workers: one thread each, DeepSpeed's CPU accelerator,
         env.setdefault("OMP_NUM_THREADS", "1")  # its JIT-built ops in this venv (scripts/setup_openrlhf.sh builds
@@ -65,13 +67,15 @@ def runtime_env(extra_env: dict | None = None) -> dict:
 
 
 def write_eval_dataset() -> None:
-    """eval.suites -> the in-loop eval JSONL named by --eval.dataset (rendered fresh at every launch)."""
+    """eval.suites -> the in-loop eval JSONL named by --eval.dataset (at every launch: the staged copy of a staged
+    sweep, else rendered)."""
     spec = json.loads(os.environ[PLUGIN_ENV]).get("eval") or {}
     if spec.get("suites"):
         from harness.backends.openrlhf import evalset
+        from harness.run.offline import stage_dir_of_env
 
-        path = evalset.write(spec)
-        print(f"harness: in-loop eval dataset {path} ({', '.join(spec['suites'])})", flush=True)
+        path, source = evalset.write(spec, stage_dir_of_env())
+        print(f"harness: in-loop eval dataset {path} ({', '.join(spec['suites'])}; {source})", flush=True)
 
 
 def rehearsal_ray_kwargs() -> dict:
