@@ -1,9 +1,11 @@
 """Leaderboard: rows (model, method), columns = suites, mean ± 95% CI over seeds, two averages, Δ vs a baseline.
 
-Scores are shown in percent: mean ± the half-width of a 95% Student-t confidence interval over seeds (n = 1: no
+Scores are shown in percent (``metric``: each suite's avg@k, pass@k or maj@k, k = its n_samples; a run's last
+evaluation, never a best step): mean ± the half-width of a 95% Student-t confidence interval over seeds (n = 1: no
 interval). Δ vs the baseline is the paired (same-seed) difference with its CI when the two rows share at least two
-seeds, else Welch's interval. A cell is bold ("best") only where the CI of its difference to the runner-up
-excludes zero; a Δ is bold only where its CI excludes zero; with one seed nothing is marked. Runs that finished
+seeds, else Welch's interval. A cell (a block's best vs its runner-up) or a Δ is bold only when its t test
+survives Holm's adjustment over every test of the table with at least 5 seeds per arm (harness/results/marks.py);
+the printed intervals are per comparison. Runs that finished
 with status ``insufficient_updates`` are shown flagged and never ranked or compared. Rows are grouped by
 everything that changes what a run measures (steps, budget, task options): runs that differ in such a setting
 are separate blocks, named in a ``setting`` column, and never compared. The paper's reference rows keep the
