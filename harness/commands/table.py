@@ -9,6 +9,7 @@ from harness.commands._common import collect_runs
 
 ORDER = 90
 FORMATS = ("csv", "html", "md", "tex")  # = harness.results.table.FORMATS (tests/results pins it); no pandas at --help
+METRICS = ("avg", "pass", "maj")  # = harness.results.table.METRICS
 
 
 def register(sub) -> None:
@@ -21,6 +22,13 @@ def register(sub) -> None:
     )
     t.add_argument("runs", nargs="*", help="run directories or folders holding them")
     t.add_argument("--format", default="md", choices=sorted(FORMATS), help="output format (default md)")
+    t.add_argument(
+        "--metric",
+        default="avg",
+        choices=METRICS,
+        help="each suite's avg@k, unbiased pass@k or maj@k, k = the suite's n_samples (default avg); a suite "
+        "whose results lack it is refused",
+    )
     t.add_argument("--baseline", default=None, help="method the Δ columns compare with (default: grpo if present)")
     t.add_argument("--reference", choices=["paper"], default=None, help="add the paper's Table 2, marked reference")
     t.add_argument(
@@ -71,6 +79,7 @@ def run(args) -> int:
         allow_mixed_data=args.allow_mixed_data,
         provenance=args.provenance,
         imports=args.import_lm_eval,
+        metric=args.metric,
     )
     text = render(lb, args.format)
     if args.out:

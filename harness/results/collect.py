@@ -9,7 +9,8 @@
               (model, task): runs with different settings are different experiments, never compared;
               a run id seen twice (the same run passed twice, or a copy) is counted once, with a warning;
 * ``metrics`` one row per logged training step (wide: one column per metrics.jsonl key, NaN = not logged);
-* ``evals``   one row per (run, eval step, suite): the suite's primary metric, its protocol and weight.
+* ``evals``   one row per (run, eval step, suite): the suite's primary metric (``value``) and its standard error
+              over problems (``stderr``), every metric the result holds (``metrics``, JSON), its protocol and weight.
 
 ``runs`` also carries each result's provenance: ``git_commit``, ``git_dirty`` and ``datasets`` (JSON
 ``{name: sha256}``), missing (NaN) for results written before provenance was recorded.
@@ -360,14 +361,17 @@ def _suite_rows(run_dir: str, step, suites: dict, source: str) -> list[dict]:
             if isinstance(n_problems, (int, float)) and isinstance(n_samples, (int, float))
             else math.nan
         )
+        stderr = metrics.get(f"{primary}_stderr") if primary else None
         row = {
             "run_dir": run_dir,
             "step": step,
             "suite": res.get("suite", name),
             "metric": primary,
             "value": math.nan if value is None else float(value),
+            "stderr": float(stderr) if isinstance(stderr, (int, float)) else math.nan,
             "weight": weight,
             "source": source,
+            "metrics": json.dumps(metrics if isinstance(metrics, dict) else {}, sort_keys=True, default=str),
         }
         for k in PROTOCOL_KEYS:
             row[k] = res.get(k)
@@ -471,7 +475,11 @@ def collect(paths: Iterable[str | Path]) -> Collection:
 
     evals = pd.DataFrame(
         eval_rows,
-        columns=["run_dir", "step", "suite", "metric", "value", "weight", "source", *PROTOCOL_KEYS, "protocol"],
+        columns=[
+            *["run_dir", "step", "suite", "metric", "value", "stderr", "weight", "source", "metrics"],
+            *PROTOCOL_KEYS,
+            "protocol",
+        ],
     )
     evals = evals.merge(ident, on="run_dir", how="left")
     return Collection(runs=runs, metrics=metrics, evals=evals, warnings=messages)

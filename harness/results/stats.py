@@ -108,6 +108,35 @@ def difference(a: Mapping, b: Mapping, conf: float = CONF) -> Interval:
     return welch_diff(list(a.values()), list(b.values()), conf)
 
 
+def welch_test(a, b) -> tuple[float, float, int]:
+    """Two-sided Welch t test of ``mean(a) == mean(b)`` for two independent samples: (difference, p, min n).
+    p is NaN when either n < 2; with zero spread in both p is 0 (means differ) or 1 (equal)."""
+    from scipy import stats as sps
+
+    x, y = _finite(a), _finite(b)
+    n = int(min(x.size, y.size))
+    if x.size == 0 or y.size == 0:
+        return math.nan, math.nan, 0
+    d = float(x.mean() - y.mean())
+    if x.size < 2 or y.size < 2:
+        return d, math.nan, n
+    vx, vy = x.var(ddof=1) / x.size, y.var(ddof=1) / y.size
+    if vx + vy == 0:
+        return d, (1.0 if d == 0 else 0.0), n
+    dof = (vx + vy) ** 2 / (vx**2 / (x.size - 1) + vy**2 / (y.size - 1))
+    return d, float(2 * sps.t.sf(abs(d) / math.sqrt(vx + vy), dof)), n
+
+
+def difference_test(a: Mapping, b: Mapping) -> tuple[Interval, float]:
+    """:func:`difference` (paired when the two share at least two seeds, else Welch) with the two-sided p of the
+    matching t test: the one-sample t test of the per-seed differences, or Welch's."""
+    iv = difference(a, b)
+    if iv.paired:
+        keys = _common(a, b)
+        return iv, t_test([a[k] - b[k] for k in keys])[1]
+    return iv, welch_test(list(a.values()), list(b.values()))[1]
+
+
 def excludes(iv: Interval, value: float = 0.0) -> bool:
     """True when the CI is defined and lies strictly on one side of ``value``."""
     return math.isfinite(iv.half) and (iv.lo > value or iv.hi < value)

@@ -1,9 +1,11 @@
 """Leaderboard: rows (model, method), columns = suites, mean ± 95% CI over seeds, two averages, Δ vs a baseline.
 
-Scores are shown in percent: mean ± the half-width of a 95% Student-t confidence interval over seeds (n = 1: no
+Scores are shown in percent (``metric``: each suite's avg@k, pass@k or maj@k, k = its n_samples; a run's last
+evaluation, never a best step): mean ± the half-width of a 95% Student-t confidence interval over seeds (n = 1: no
 interval). Δ vs the baseline is the paired (same-seed) difference with its CI when the two rows share at least two
-seeds, else Welch's interval. A cell is bold ("best") only where the CI of its difference to the runner-up
-excludes zero; a Δ is bold only where its CI excludes zero; with one seed nothing is marked. Runs that finished
+seeds, else Welch's interval. A cell (a block's best vs its runner-up) or a Δ is bold only when its t test
+survives Holm's adjustment over every test of the table with at least 5 seeds per arm (harness/results/marks.py);
+the printed intervals are per comparison. Runs that finished
 with status ``insufficient_updates`` are shown flagged and never ranked or compared. Rows are grouped by
 everything that changes what a run measures (steps, budget, task options): runs that differ in such a setting
 are separate blocks, named in a ``setting`` column, and never compared. The paper's reference rows keep the
@@ -53,7 +55,7 @@ from harness.run.metrics import (
     method_rank,
 )
 
-from . import stats
+from . import marks, stats
 from .collect import Collection, final_evals
 from .reference import PAPER_DISPLAY, PAPER_SUITES, canonical_suite, load_protocol, load_reference
 
@@ -65,6 +67,11 @@ FLAG_INSUFFICIENT = INSUFFICIENT_UPDATES
 ENTROPY_COLS = [ENTROPY_START, ENTROPY_END]  # per run: the one start / end window of harness/run/metrics.py
 ENTROPY_TITLES = {ENTROPY_START: "H start", ENTROPY_END: "H end"}
 BLOCK = ["source", "model", "task", "setting"]
+METRICS = {  # --metric: each suite's ``<name>@<k>``, k = the suite's n_samples (docs/evals.md, Metrics)
+    "avg": "avg@k: mean accuracy over the k samples of a problem, then over problems (verl's mean@N)",
+    "pass": "pass@k: unbiased 1 − C(n−c,k)/C(n,k) with k = n (not verl's best@N bootstrap)",
+    "maj": "maj@k: majority vote over answer-equivalence classes of the k samples (not verl's maj@N bootstrap)",
+}
 
 
 @dataclass
@@ -78,16 +85,56 @@ class Leaderboard:
     show_setting: bool = False
     show_provenance: bool = False
     show_entropy: bool = False  # the H start / H end columns (some run row has an entropy)
+    metric: str = "avg"  # the suites' metric family shown (METRICS)
+    marks: marks.Family | None = None  # the table's tests and what they marked
 
 
-def run_scores(col: Collection, allow_mixed_protocols: bool = False) -> tuple[pd.DataFrame, list[str]]:
-    """Each completed run's final score per suite (percent), after the protocol check."""
+def _pick_metric(ev: pd.DataFrame, metric: str) -> pd.DataFrame:
+    """Each result's ``<metric>@<k>`` (k = its n_samples) as ``metric``/``value``/``stderr``; a suite lacking it in
+    some run is refused, naming the metrics its results hold."""
+    if metric not in METRICS:
+        raise ValueError(f"unknown metric {metric!r}; allowed: {', '.join(METRICS)}")
+    keys, values, errs, lacking = [], [], [], {}
+    for _, r in ev.iterrows():
+        held = json.loads(r["metrics"]) if isinstance(r.get("metrics"), str) else {}
+        n = r["n_samples"]
+        key = f"{metric}@{int(n)}" if isinstance(n, (int, float)) and not pd.isna(n) else None
+        if str(r["metric"]).startswith(f"{metric}@"):
+            key = str(r["metric"])  # the primary, when it is this metric (avg@k for every writer here)
+        if key is None or key not in held:
+            lacking.setdefault(str(r["suite"]), []).append((r["run_dir"], key, held))
+            key = None
+        keys.append(key)
+        v = held.get(key) if key else None
+        se = held.get(f"{key}_stderr") if key else None
+        values.append(float(v) if isinstance(v, (int, float)) else math.nan)
+        errs.append(float(se) if isinstance(se, (int, float)) else math.nan)
+    if lacking:
+        suite, runs = next(iter(sorted(lacking.items())))
+        run_dir, key, held = runs[0]
+        have = sorted(k for k in held if not k.endswith("_stderr"))
+        families = sorted({k.split("@")[0] for k in have if k.split("@")[0] in METRICS})
+        raise ValueError(
+            f"--metric {metric}: suite {suite!r} has no {key or metric + '@k'} in {len(runs)} run(s), e.g. "
+            f"{run_dir}; its results hold {', '.join(have) or 'no metric'} (--metric "
+            f"{' or '.join(families) or '?'} there)"
+        )
+    return ev.assign(metric=keys, value=values, stderr=errs)
+
+
+def run_scores(
+    col: Collection, allow_mixed_protocols: bool = False, metric: str = "avg"
+) -> tuple[pd.DataFrame, list[str]]:
+    """Each completed run's final score per suite (percent) in ``metric`` (METRICS), after the protocol check."""
     ev = final_evals(col).copy()
     notes: list[str] = []
     if ev.empty:
         return ev.assign(column=[]), notes
+    if "metrics" in ev:
+        ev = _pick_metric(ev, metric)
     ev["suite"] = ev["suite"].map(canonical_suite)
     ev["value"] = ev["value"] * SCALE
+    ev["stderr"] = ev["stderr"] * SCALE
     ev["tag"] = ev["metric"].astype(str) + " | " + ev["protocol"]
     ev["column"] = ev["suite"]
     for suite, grp in ev.groupby("suite"):
@@ -108,17 +155,31 @@ def run_scores(col: Collection, allow_mixed_protocols: bool = False) -> tuple[pd
 
 
 def _run_averages(ev: pd.DataFrame) -> pd.DataFrame:
-    """Per run: plain and sample-weighted mean over its task's suite columns (NaN if one is missing)."""
+    """Per run: plain and sample-weighted mean over its task's suite columns (NaN if one is missing), and their
+    standard errors from the suites' own (independent problem sets): √Σse²/m and √Σ(w·se)²/Σw."""
     task_cols = ev.groupby(ev["task"].astype(str))["column"].apply(lambda s: sorted(set(s))).to_dict()
     out = []
     for run_dir, grp in ev.groupby("run_dir"):
         cols = task_cols[str(grp["task"].iloc[0])]
-        vals = grp.set_index("column")["value"].reindex(cols)
-        w = grp.set_index("column")["weight"].reindex(cols).astype(float)
+        by = grp.set_index("column")
+        vals, se = by["value"].reindex(cols), by["stderr"].reindex(cols)
+        w = by["weight"].reindex(cols).astype(float)
         complete = vals.notna().all()
+        weighted_ok = complete and w.notna().all() and w.sum() > 0
+        has_se = complete and se.notna().all()
         plain = float(vals.mean()) if complete else math.nan
-        weighted = float((vals * w).sum() / w.sum()) if complete and w.notna().all() and w.sum() > 0 else math.nan
-        out.append({"run_dir": run_dir, "avg_suites": plain, "avg_samples": weighted})
+        weighted = float((vals * w).sum() / w.sum()) if weighted_ok else math.nan
+        out.append(
+            {
+                "run_dir": run_dir,
+                "avg_suites": plain,
+                "avg_samples": weighted,
+                SE + "avg_suites": float(np.sqrt((se**2).sum()) / len(cols)) if has_se else math.nan,
+                SE + "avg_samples": float(np.sqrt(((w * se) ** 2).sum()) / w.sum())
+                if has_se and weighted_ok
+                else math.nan,
+            }
+        )
     return pd.DataFrame(out)
 
 
@@ -157,6 +218,7 @@ def _stats(values: pd.Series) -> tuple[float, float, float, int]:
     return iv.mean, iv.half, std, iv.n
 
 
+SE = "se::"  # per-run columns of _per_run holding a score's standard error over problems (the eval's own)
 ROW_KEYS = ["model", "task", "setting", "label", "flag"]  # the runs pooled into one leaderboard row
 
 
@@ -168,15 +230,22 @@ def build_leaderboard(
     allow_mixed_data: bool = False,
     provenance: bool = False,
     imports: list | None = None,
+    metric: str = "avg",
 ) -> Leaderboard:
     """Aggregate runs (and optionally the paper's Table 2, and models scored by lm-eval: ``imports`` = their
-    results JSON files) into a :class:`Leaderboard`."""
+    results JSON files) into a :class:`Leaderboard` of the suites' ``metric`` (METRICS; k from each suite's
+    protocol)."""
+    if metric not in METRICS:
+        raise ValueError(f"unknown metric {metric!r}; allowed: {', '.join(METRICS)}")
+    if metric != "avg" and (reference or imports):
+        what = "--reference paper (the paper's Table 2 reports avg@k)" if reference else "--import-lm-eval"
+        raise ValueError(f"--metric {metric}: {what} has avg@k only; use --metric avg with it")
     rows: list[dict] = []
     notes: list[str] = []
     suite_cols: list[str] = []
     ev = None
     if col is not None:
-        ev, rows, notes, suite_cols = _runs_rows(col, allow_mixed_protocols, allow_mixed_data)
+        ev, rows, notes, suite_cols = _runs_rows(col, allow_mixed_protocols, allow_mixed_data, metric)
     if reference:
         ref_rows, ref_notes = _reference_rows(reference)
         rows += ref_rows
@@ -192,13 +261,15 @@ def build_leaderboard(
         notes += imp_notes
         for r in imp_rows:
             suite_cols += [c for c in r["task_suites"].split(";") if c not in suite_cols]
-    return _leaderboard(rows, suite_cols, notes, baseline, provenance)
+    lb = _leaderboard(rows, suite_cols, notes, baseline, provenance)
+    lb.metric = metric
+    return lb
 
 
-def _runs_rows(col: Collection, allow_mixed_protocols: bool, allow_mixed_data: bool):
+def _runs_rows(col: Collection, allow_mixed_protocols: bool, allow_mixed_data: bool, metric: str = "avg"):
     """The rows of the runs (one per ``ROW_KEYS``, its stats over seeds) and their notes: (the runs' scores,
     rows, notes, suite columns)."""
-    ev, proto_notes = run_scores(col, allow_mixed_protocols)
+    ev, proto_notes = run_scores(col, allow_mixed_protocols, metric)
     if ev.empty:
         raise ValueError(
             "no completed run has eval results (result.json 'eval'); nothing to tabulate. " + _missing_text(col)
@@ -216,7 +287,7 @@ def _runs_rows(col: Collection, allow_mixed_protocols: bool, allow_mixed_data: b
                 f"FLAG: {model} {label} has several runs with the same seed "
                 f"({', '.join(sorted(grp.index))}); each counts in n"
             )
-    notes += _runs_notes(per_run) + proto_notes + data_notes
+    notes += _runs_notes(per_run, metric) + _step_notes(col, ev) + proto_notes + data_notes
     missing = _missing_text(col)
     if missing:
         notes.append(missing)
@@ -231,7 +302,8 @@ def _per_run(col: Collection, ev: pd.DataFrame) -> tuple[pd.DataFrame, list[str]
     note for each null score (left out of its column's n)."""
     avgs = _run_averages(ev)
     per_run = ev.pivot_table(index="run_dir", columns="column", values="value", aggfunc="first")
-    per_run = per_run.join(avgs.set_index("run_dir")).join(run_entropy(col))
+    se = ev.pivot_table(index="run_dir", columns="column", values="stderr", aggfunc="first")
+    per_run = per_run.join(se.add_prefix(SE)).join(avgs.set_index("run_dir")).join(run_entropy(col))
     ident = col.runs.set_index("run_dir")[
         ["model", "model_params", "task", "setting", "label", "seed", "status", *PROVENANCE_COLS]
     ]
@@ -267,10 +339,50 @@ def _runs_row(key: tuple, grp: pd.DataFrame, suite_cols: list[str], task_cols: d
     }
     for c in suite_cols + AVG_COLS + ENTROPY_COLS:
         row[f"{c}_mean"], row[f"{c}_ci"], row[f"{c}_std"], row[f"{c}_n"] = _stats(grp[c])
+    for c in suite_cols + AVG_COLS:  # the eval's own standard error over problems, mean over the row's runs
+        errs = grp[SE + c].dropna() if SE + c in grp else ()
+        row[f"{c}_se"] = float(np.mean(errs)) if len(errs) else math.nan
     return row
 
 
-def _runs_notes(per_run: pd.DataFrame) -> list[str]:
+def scores_note(metric: str) -> str:
+    """The notes line saying what a cell and a Δ are (the marks: marks.note)."""
+    return (
+        f"Metric: {METRICS[metric]}. "
+        "Scores in percent: mean ± half-width of the 95% Student-t CI over seeds (n = seeds with a "
+        "value; no ± when n = 1). Δ = paired same-seed difference ± its 95% CI (Welch's interval when "
+        "seeds do not match); bold: see MARKS. "
+        "avg (suites) = plain mean of suites; avg (samples) = mean over all evaluation samples "
+        "(suite weight n_problems × n_samples), as the paper's Avg. The csv's <col>_se is each run's own "
+        "standard error over problems (the eval's <metric>_stderr), mean over the row's runs"
+    )
+
+
+STEP_NOTE = (
+    "STEP: last step: each run's final evaluation (result.json's eval, else its last eval/step_N.json); no "
+    "best-step selection anywhere"
+)
+
+
+def _step_notes(col: Collection, ev: pd.DataFrame) -> list[str]:
+    """Which step a score is from: every run's last evaluation (never a best step); a run whose last evaluation
+    is before its last training step is named."""
+    early = []
+    steps = col.runs.set_index("run_dir")["steps"]
+    for run_dir, step in ev.groupby("run_dir")["step"].max().items():
+        last = pd.to_numeric(pd.Series([steps.get(run_dir)]), errors="coerce").iloc[0]
+        if pd.notna(step) and pd.notna(last) and float(step) < float(last):
+            early.append(f"{run_dir} (step {int(step)} of {int(last)})")
+    out = [STEP_NOTE]
+    if early:
+        out.append(
+            f"STEP: {len(early)} run(s) have no evaluation at their last training step; scored at their last "
+            "evaluated step: " + "; ".join(early)
+        )
+    return out
+
+
+def _runs_notes(per_run: pd.DataFrame, metric: str = "avg") -> list[str]:
     """What the runs' rows need said: flagged runs, settings blocks, n = 1, how to read the cells, the entropy."""
     notes = []
     if (per_run["flag"] == FLAG_INSUFFICIENT).any():
@@ -288,14 +400,7 @@ def _runs_notes(per_run: pd.DataFrame) -> list[str]:
     seeds_per_row = per_run["avg_suites"].notna().groupby([per_run[k] for k in ROW_KEYS]).sum()
     if int(pd.to_numeric(seeds_per_row, errors="coerce").max() or 0) <= 1:
         notes.append("n = 1: one seed per row, so no interval; nothing is marked better than anything else")
-    notes.append(
-        "Scores in percent: mean ± half-width of the 95% Student-t CI over seeds (n = seeds with a "
-        "value; no ± when n = 1). Δ = paired same-seed difference ± its 95% CI (Welch's interval when "
-        "seeds do not match); bold = the CI of the difference to the runner-up (cells) or to zero "
-        "(Δ) excludes zero. "
-        "avg (suites) = plain mean of suites; avg (samples) = mean over all evaluation samples "
-        "(suite weight n_problems × n_samples), as the paper's Avg."
-    )
+    notes.append(scores_note(metric))
     if per_run[ENTROPY_COLS].notna().any().any():
         notes.append(
             "H start / H end: policy entropy (metrics.jsonl entropy, nats per token) averaged over each run's "
@@ -318,8 +423,11 @@ def _leaderboard(rows: list[dict], suite_cols: list[str], notes: list[str], base
     show_task = bool(len(runs_only)) and runs_only["task"].nunique(dropna=False) > 1
     show_setting = bool(len(runs_only)) and bool((runs_only["setting"] != "").any())
     baseline = _check_baseline(table, baseline)
-    _add_deltas(table, baseline)
-    _mark_best(table, suite_cols + AVG_COLS)
+    comparisons = _add_deltas(table, baseline) + _mark_best(table, suite_cols + AVG_COLS)
+    family = _apply_marks(table, comparisons, suite_cols + AVG_COLS)
+    if family.comparisons or (not table.empty and (table["source"] == "runs").any()):
+        at = next((i + 1 for i, n in enumerate(notes) if n.startswith("Metric:")), len(notes))
+        notes = notes[:at] + [marks.note(family)] + notes[at:]
     table = _sort(table, baseline)
     show_entropy = bool(len(runs_only)) and all(f"{c}_mean" in table for c in ENTROPY_COLS)
     show_entropy = show_entropy and bool(table[[f"{c}_mean" for c in ENTROPY_COLS]].notna().any().any())
@@ -332,7 +440,34 @@ def _leaderboard(rows: list[dict], suite_cols: list[str], notes: list[str], base
         show_setting=show_setting,
         show_provenance=provenance,
         show_entropy=show_entropy,
+        marks=family,
     )
+
+
+def _apply_marks(table: pd.DataFrame, comparisons: list, columns: list[str]) -> marks.Family:
+    """Test every comparison under the table's one family-wise rule (harness/results/marks.py) and write its
+    p values and marks: ``delta_<avg>_p``, ``_p_holm``, ``_marked``; ``<col>_p_runner_up``, ``_p_runner_up_holm``
+    on a block's top row, and ``best`` = the columns whose best-vs-runner-up test is marked."""
+    family = marks.decide(comparisons)
+    for a in AVG_COLS:
+        table[f"delta_{a}_p"] = math.nan
+        table[f"delta_{a}_p_holm"] = math.nan
+        table[f"delta_{a}_marked"] = False
+    for c in columns:
+        table[f"{c}_p_runner_up"] = math.nan
+        table[f"{c}_p_runner_up_holm"] = math.nan
+    for cmp in family.comparisons:
+        if cmp.kind == "delta":
+            table.loc[cmp.row, f"delta_{cmp.col}_p"] = cmp.p
+            table.loc[cmp.row, f"delta_{cmp.col}_p_holm"] = cmp.p_holm
+            table.loc[cmp.row, f"delta_{cmp.col}_marked"] = cmp.marked
+        else:
+            table.loc[cmp.row, f"{cmp.col}_p_runner_up"] = cmp.p
+            table.loc[cmp.row, f"{cmp.col}_p_runner_up_holm"] = cmp.p_holm
+            if cmp.marked:
+                table.loc[cmp.row, "best"] = ";".join(filter(None, [table.at[cmp.row, "best"], cmp.col]))
+    table["mark_rule"] = marks.rule(family)
+    return family
 
 
 PROVENANCE_COLS = ["git_commit", "git_dirty", "datasets"]
@@ -569,14 +704,16 @@ def _ranked(grp: pd.DataFrame) -> pd.DataFrame:
     return grp[grp["flag"].fillna("") == ""]
 
 
-def _add_deltas(table: pd.DataFrame, baseline: str | None) -> None:
-    """Δ vs the baseline row of the same block: paired difference (Welch when seeds do not match) ± its CI."""
+def _add_deltas(table: pd.DataFrame, baseline: str | None) -> list[marks.Comparison]:
+    """Δ vs the baseline row of the same block: paired difference (Welch when seeds do not match) ± its CI; returns
+    the comparisons a mark could go on (runs rows; harness/results/marks.py decides)."""
+    out: list[marks.Comparison] = []
     for a in AVG_COLS:
         table[f"delta_{a}"] = math.nan
         table[f"delta_{a}_ci"] = math.nan
         table[f"delta_{a}_paired"] = False
     if baseline is None or table.empty:
-        return
+        return out
     for (source, *_), grp in table.groupby(BLOCK, dropna=False):
         ok = _ranked(grp)
         base = ok[ok["method"] == baseline]
@@ -591,16 +728,20 @@ def _add_deltas(table: pd.DataFrame, baseline: str | None) -> None:
                 if i == base.index[0]:
                     table.loc[i, f"delta_{a}"] = 0.0 if pd.notna(b[f"{a}_mean"]) else math.nan
                     continue
-                iv = stats.difference(_seed_values(table.loc[i], a), _seed_values(b, a))
+                mine, theirs = _seed_values(table.loc[i], a), _seed_values(b, a)
+                iv = stats.difference(mine, theirs)
                 table.loc[i, f"delta_{a}"] = iv.mean
                 table.loc[i, f"delta_{a}_ci"] = iv.half
                 table.loc[i, f"delta_{a}_paired"] = iv.paired
+                out.append(marks.Comparison("delta", i, base.index[0], a, mine, theirs))
+    return out
 
 
-def _mark_best(table: pd.DataFrame, columns: list[str]) -> None:
-    """``best`` lists the columns where a row has the highest mean within its block and the 95% CI of its
-    difference to the runner-up (paired when seeds match) excludes zero; flagged rows are never ranked.
-    Reference rows (the paper's) keep the paper's convention: the highest value."""
+def _mark_best(table: pd.DataFrame, columns: list[str]) -> list[marks.Comparison]:
+    """Reference rows (the paper's) keep the paper's convention in ``best``: the highest value. For runs, returns
+    each block's top row vs its runner-up per column (flagged rows are never ranked): ``best`` is filled by
+    :func:`_apply_marks` where that test is marked."""
+    out: list[marks.Comparison] = []
     best: dict[int, list[str]] = {i: [] for i in table.index}
     for (source, *_), grp in table.groupby(BLOCK, dropna=False):
         grp = _ranked(grp)
@@ -616,10 +757,10 @@ def _mark_best(table: pd.DataFrame, columns: list[str]) -> None:
                 for i in order.index[np.isclose(order.values, order.iloc[0])]:
                     best[i].append(c)
                 continue
-            iv = stats.difference(_seed_values(table.loc[top], c), _seed_values(table.loc[runner], c))
-            if stats.excludes(iv, 0.0):
-                best[top].append(c)
+            mine, theirs = _seed_values(table.loc[top], c), _seed_values(table.loc[runner], c)
+            out.append(marks.Comparison("best", top, runner, c, mine, theirs))
     table["best"] = [";".join(best[i]) for i in table.index]
+    return out
 
 
 def _sort(table: pd.DataFrame, baseline: str | None) -> pd.DataFrame:
@@ -669,9 +810,12 @@ def _delta(row: pd.Series, a: str, bold) -> str:
     text = f"{v:+.1f}"
     if pd.notna(ci):
         text += f" ± {ci:.1f}" + ("" if row.get(f"delta_{a}_paired", True) else " (unpaired)")
-        if stats.excludes(stats.Interval(float(v), float(ci), 2), 0.0):
-            return bold(text)
-    return text
+    return bold(text) if marked(row.get(f"delta_{a}_marked")) else text
+
+
+def marked(v) -> bool:
+    """A csv/record ``*_marked`` value: True, numpy's True or the csv's text "True"; anything else is unmarked."""
+    return (isinstance(v, (bool, np.bool_)) and bool(v)) or (isinstance(v, str) and v.strip().lower() == "true")
 
 
 _KIND = {IMPORTED: "imported"}
@@ -754,16 +898,18 @@ def to_csv(lb: Leaderboard) -> str:
     """Machine-readable: one row per (source, model, task, method), numbers unrounded (percent)."""
     keep = ["source", "model", "model_params", "task", "setting", "method", "flag", "seeds"]
     for c in lb.columns:
-        keep += [f"{c}_mean", f"{c}_ci", f"{c}_std", f"{c}_n"]
+        keep += [f"{c}_mean", f"{c}_ci", f"{c}_std", f"{c}_n", f"{c}_se"]
     for a in AVG_COLS:
-        keep += [f"delta_{a}", f"delta_{a}_ci", f"delta_{a}_paired"]
+        keep += [f"delta_{a}", f"delta_{a}_ci", f"delta_{a}_paired", f"delta_{a}_p", f"delta_{a}_p_holm"]
+        keep += [f"delta_{a}_marked"]
     if lb.show_entropy:
         for c in ENTROPY_COLS:
             keep += [f"{c}_mean", f"{c}_ci", f"{c}_std", f"{c}_n"]
-    keep += ["best"] + (["provenance"] if lb.show_provenance else [])
+    keep += ["best"] + [f"{c}_p_runner_up{h}" for c in lb.columns for h in ("", "_holm")]
+    keep += ["mark_rule", "metric"] + (["provenance"] if lb.show_provenance else [])
     if not lb.rows.empty and (lb.rows["source"] == IMPORTED).any():
         keep.append("protocol")  # an imported row's lm-eval protocol per column
-    return lb.rows.reindex(columns=keep).to_csv(index=False, float_format="%.6g")
+    return lb.rows.assign(metric=lb.metric).reindex(columns=keep).to_csv(index=False, float_format="%.6g")
 
 
 FORMATS = {"md": to_markdown, "tex": to_latex, "html": to_html, "csv": to_csv}

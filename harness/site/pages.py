@@ -11,7 +11,7 @@ from string import Template
 
 import pandas as pd
 
-from harness.results import stats
+from harness.results import marks
 from harness.results import table as tbl
 from harness.results.reference import PAPER_DISPLAY
 from harness.run.metrics import COMPLETED, ENTROPY, ENTROPY_AFTER_UPDATE, ENTROPY_GENERATED, REWARD_MEAN, method_rank
@@ -74,13 +74,23 @@ def _cell(r: pd.Series, c: str, best: set, href: str | None) -> str:
         return f'<td {attrs} data-value="" title="no value">—</td>'
     attrs += f' data-value="{mean!r}"' + (f' data-ci="{ci!r}"' if ci is not None else "")
     attrs += f' data-n="{int(n)}"' if n is not None else ""
+    se = finite(r.get(f"{c}_se"))
+    if se is not None:  # the eval's own standard error over problems, mean over the row's runs
+        attrs += (
+            f' data-se="{se!r}" title="standard error of one evaluation (over problems), mean over the runs: {se:.1f}"'
+        )
     text = f'<span class="mean">{mean:.1f}</span>'
     if r["source"] == "runs":
         text += (f'<span class="ci"> ± {ci:.1f}</span>' if ci is not None else "") + (
             f'<span class="n"> (n={int(n)})</span>' if n is not None else ""
         )
     if c in best:
-        text = f'<strong title="best: the 95% CI of the difference to the runner-up excludes 0">{text}</strong>'
+        why = (
+            "the highest value (the paper's bolding)"
+            if r["source"] != "runs"
+            else f"its lead over the runner-up is {SIGNIFICANT}"
+        )
+        text = f'<strong title="best: {esc(why)}">{text}</strong>'
     if href:
         text = f'<a class="cell-link" href="{esc(href)}">{text}</a>'
     return f"<td {attrs}>{text}</td>"
@@ -96,9 +106,16 @@ def _delta(r: pd.Series, a: str) -> str:
     if ci is not None:
         paired = str(r.get(f"delta_{a}_paired", "True")).lower() in ("true", "1", "1.0")
         text += f'<span class="ci"> ± {ci:.1f}</span>' + ("" if paired else ' <span class="unpaired">(unpaired)</span>')
-        if stats.excludes(stats.Interval(v, ci, 2), 0.0):
-            text = f'<strong title="the 95% CI excludes 0">{text}</strong>'
+    if tbl.marked(r.get(f"delta_{a}_marked")):
+        text = f'<strong title="{esc(SIGNIFICANT)}">{text}</strong>'
     return f"<td {attrs}>{text}</td>"
+
+
+SIGNIFICANT = (
+    f"significant after Holm's adjustment over every test of the table (family-wise α = {marks.ALPHA}, at least "
+    f"{marks.MIN_SEEDS} seeds per arm; MARKS in the notes)"
+)
+METRIC_NAMES = {"avg": "avg@k", "pass": "pass@k", "maj": "maj@k"}
 
 
 def _model_order(table: pd.DataFrame) -> list[str]:
@@ -109,9 +126,43 @@ def _model_order(table: pd.DataFrame) -> list[str]:
     return sorted(sizes, key=lambda m: (sizes[m], m))
 
 
+def _views(s: Sweep) -> list[tuple[str, pd.DataFrame, dict, object]]:
+    """(metric, records, row -> runs, per-run scores or None) of the default table and each further metric."""
+    return [(s.metric, s.table, s.row_runs, None)] + [(v.metric, v.table, v.row_runs, v.scores) for v in s.views]
+
+
 def leaderboard_html(s: Sweep, run_href) -> str:
-    """The sortable, filterable leaderboard; ``run_href(run)`` is the link of a run page from the sweep page."""
-    t = s.table
+    """The sortable, filterable leaderboard, one table per metric with a switch when the runs hold several;
+    ``run_href(run)`` is the link of a run page from the sweep page."""
+    suites = [c for c in s.columns if c not in tbl.AVG_COLS]
+    views = _views(s)
+    models = _model_order(s.table)
+    methods = sorted(s.table["method"].astype(str).unique())
+    opts = lambda vals: "".join(f'<option value="{esc(v)}">{esc(v)}</option>' for v in vals)  # noqa: E731
+    switch = ""
+    if len(views) > 1:
+        names = "".join(f'<option value="{esc(m)}">{esc(METRIC_NAMES.get(m, m))}</option>' for m, *_ in views)
+        switch = f'<label>metric <select name="metric">{names}</select></label> '
+    filters = (
+        '<form class="filters" id="lb-filters" onsubmit="return false">'
+        + switch
+        + f'<label>size <select name="model"><option value="">all</option>{opts(models)}</select></label> '
+        f'<label>method <select name="method"><option value="">all</option>{opts(methods)}</select></label> '
+        f'<label>suite <select name="suite"><option value="">all</option>{opts(suites)}</select></label> '
+        '<span class="count" aria-live="polite"></span></form>'
+    )
+    tables = []
+    for k, (metric, t, row_runs, scores) in enumerate(views):
+        table = _leaderboard_table(s, t, row_runs, scores, run_href, "" if k == 0 else f"{metric}-")
+        if len(views) > 1:
+            title = f"<h3>{esc(METRIC_NAMES.get(metric, metric))}: {esc(tbl.METRICS[metric].split(': ', 1)[1])}</h3>"
+            table = f'<div class="lb-view" data-metric="{esc(metric)}">{title}{table}</div>'
+        tables.append(table)
+    return filters + "".join(tables)
+
+
+def _leaderboard_table(s: Sweep, t: pd.DataFrame, row_runs: dict, scores, run_href, prefix: str) -> str:
+    """One metric's table; ``prefix`` ("" for the default, "pass-" ...) keeps its element ids apart."""
     suites = [c for c in s.columns if c not in tbl.AVG_COLS]
     show_task = t["task"].nunique() > 1 if "task" in t else False
     show_setting = bool((t.get("setting", pd.Series(dtype=str)) != "").any())
@@ -135,12 +186,12 @@ def leaderboard_html(s: Sweep, run_href) -> str:
     ncols = len(head)
     body = []
     for i, r in t.iterrows():
-        runs = s.row_runs.get(i, [])
+        runs = row_runs.get(i, [])
         href = None
         if len(runs) == 1:
             href = run_href(runs[0]) + "#eval"
         elif runs:
-            href = f"#seeds-{i}"
+            href = f"#seeds-{prefix}{i}"
         best = set(filter(None, str(r.get("best", "")).split(";")))
         have = ";".join(c for c in suites if finite(r.get(f"{c}_mean")) is not None)
         method = esc(str(r["method"])) + (
@@ -155,30 +206,21 @@ def leaderboard_html(s: Sweep, run_href) -> str:
         cells += [_delta(r, a) for a in tbl.AVG_COLS]
         params = finite(r.get("model_params"))
         body.append(
-            f'<tr class="lb-row" id="row-{i}" data-row="{i}" data-model="{esc(str(r["model"]))}" '
+            f'<tr class="lb-row" id="row-{prefix}{i}" data-row="{prefix}{i}" data-model="{esc(str(r["model"]))}" '
             f'data-model-params="{"" if params is None else int(params)}" data-method="{esc(str(r["method"]))}" '
             f'data-suites="{esc(have)}" data-runs="{len(runs)}">' + "".join(cells) + "</tr>"
         )
         if len(runs) > 1:
-            items = "".join(_seed_item(run, s.columns, run_href) for run in runs)
+            items = "".join(_seed_item(run, s.columns, run_href, scores) for run in runs)
             body.append(
-                f'<tr class="seed-row" id="seeds-{i}" data-parent="{i}"><td colspan="{ncols}">'
-                f"<p>The {len(runs)} runs of this row (one value each; the row shows their mean ± 95% "
-                f"interval):</p><ul>{items}</ul></td></tr>"
+                f'<tr class="seed-row" id="seeds-{prefix}{i}" data-parent="{prefix}{i}"><td colspan="{ncols}">'
+                f"<p>The {len(runs)} runs of this row (one value each, ± its evaluation's standard error over "
+                f"problems where logged; the row shows their mean ± 95% interval over seeds):</p><ul>{items}</ul>"
+                "</td></tr>"
             )
-    models = _model_order(t)
-    methods = sorted(t["method"].astype(str).unique())
-    opts = lambda vals: "".join(f'<option value="{esc(v)}">{esc(v)}</option>' for v in vals)  # noqa: E731
-    filters = (
-        '<form class="filters" id="lb-filters" onsubmit="return false">'
-        f'<label>size <select name="model"><option value="">all</option>{opts(models)}</select></label> '
-        f'<label>method <select name="method"><option value="">all</option>{opts(methods)}</select></label> '
-        f'<label>suite <select name="suite"><option value="">all</option>{opts(suites)}</select></label> '
-        '<span class="count" aria-live="polite"></span></form>'
-    )
+    table_id = "leaderboard" + (f"-{prefix[:-1]}" if prefix else "")
     return (
-        filters
-        + '<div class="table-wrap"><table class="leaderboard sortable" id="leaderboard"><thead><tr>'
+        f'<div class="table-wrap"><table class="leaderboard sortable" id="{table_id}"><thead><tr>'
         + "".join(head)
         + "</tr></thead><tbody>"
         + "".join(body)
@@ -186,9 +228,14 @@ def leaderboard_html(s: Sweep, run_href) -> str:
     )
 
 
-def _seed_item(run: RunInfo, columns: list[str], run_href) -> str:
+def _seed_item(run: RunInfo, columns: list[str], run_href, scores=None) -> str:
+    """A run's line under its row: its value per column (the view's metric: ``scores``, else its final eval)."""
+    final = run.final if scores is None else scores[scores["run_dir"] == str(run.run_dir)]
+    errs = final["stderr"] if "stderr" in final else [None] * len(final)
     vals = ", ".join(
-        f"{esc(column_title(c))} {_num(v)}" for c, v in zip(run.final["column"], run.final["value"]) if c in columns
+        f"{esc(column_title(c))} {_num(v)}" + (f" ± {_num(e)} SE" if finite(e) is not None else "")
+        for c, v, e in zip(final["column"], final["value"], errs)
+        if c in columns
     )
     seed = esc(seed_text(run.ident.get("seed")) or "—")
     return (
@@ -303,6 +350,16 @@ def runs_table(s: Sweep, run_href, samples_href) -> str:
     )
 
 
+def _notes(notes: list[str], metric: str | None) -> str:
+    """A notes list; with a metric switch, one per metric, shown with its table."""
+    ul = "<ul class='notes'>" + "".join(f"<li>{esc(n)}</li>" for n in notes) + "</ul>"
+    if metric is None:
+        return ul
+    return (
+        f'<div class="lb-view" data-metric="{esc(metric)}"><h3>{esc(METRIC_NAMES.get(metric, metric))}</h3>{ul}</div>'
+    )
+
+
 def sweep_body(
     s: Sweep,
     figures: list[tuple[str, str]],
@@ -321,16 +378,28 @@ def sweep_body(
         parts.append(f'<p class="notice">{esc(p)}</p>')
     if s.table is not None:
         parts.append("<h2 id='leaderboard-title'>Leaderboard</h2>")
+        metric = (
+            " The metric menu switches between the suites' metrics the runs hold (avg@k, unbiased pass@k, maj@k; "
+            "k = the suite's samples per problem); each has its own notes and marks."
+            if s.views
+            else f" Metric: {esc(METRIC_NAMES.get(s.metric, s.metric))}."
+        )
         parts.append(
-            "<p>Percent. A cell is the mean over seeds ± the half-width of its 95% Student-t interval, with n; "
-            "Δ is the paired same-seed difference to the baseline ± its 95% interval (<em>unpaired</em>: Welch). "
-            "Bold: the interval of the difference excludes zero. Click a header to sort; the menus filter rows."
+            "<p>Percent, each run's last evaluated step. A cell is the mean over seeds ± the half-width of its 95% "
+            "Student-t interval, with n (hover: the evaluation's own standard error over problems); Δ is the paired "
+            "same-seed difference to the baseline ± its 95% interval (<em>unpaired</em>: Welch). The intervals are "
+            f"per comparison. Bold: a difference {esc(SIGNIFICANT)}." + metric + " Click a header to sort; the "
+            "menus filter rows."
             + (" A cell links to its run (or, with several seeds, to the list of its runs)." if s.row_runs else "")
-            + f' The records: <a href="{esc(csv_href)}">leaderboard.csv</a>.</p>'
+            + f' The records: <a href="{esc(csv_href)}">leaderboard.csv</a>'
+            + (" (avg@k; the others: <code>harness table --metric pass|maj --format csv</code>)" if s.views else "")
+            + ".</p>"
         )
         parts.append(leaderboard_html(s, run_href))
     if s.notes:
-        parts.append("<h2>Notes</h2><ul class='notes'>" + "".join(f"<li>{esc(n)}</li>" for n in s.notes) + "</ul>")
+        parts.append("<h2>Notes</h2>" + _notes(s.notes, s.metric if s.views else None))
+        for v in s.views:
+            parts.append(_notes(v.notes, v.metric))
     if s.kind == "runs":
         parts.append("<h2>Curves</h2>" + sweep_figures_runs(s))
         parts.append(f"<h2>Runs</h2><p>{len(s.runs)} run directories.</p>" + runs_table(s, run_href, samples_href))
@@ -466,13 +535,15 @@ def _final_eval(run: RunInfo) -> str:
     rows = "".join(
         f"<tr><td>{esc(str(r['column']))}</td><td>{esc(str(r['metric']))}</td>"
         f"<td class='num' data-col='{esc(str(r['column']))}' data-value='{finite(r['value'])!r}'>"
-        f"{_num(r['value'])}</td><td class='num'>{esc(str(r['step']))}</td><td><code>{esc(str(r['protocol']))}"
+        f"{_num(r['value'])}</td><td class='num'>{_num(r.get('stderr'))}</td>"
+        f"<td class='num'>{esc(str(r['step']))}</td><td><code>{esc(str(r['protocol']))}"
         f"</code></td><td>{esc(str(r['source']))}</td></tr>"
         for _, r in run.final.iterrows()
     )
     return (
-        "<p>The values the leaderboard aggregates (percent).</p><table id='final-eval'><thead><tr>"
-        "<th>suite</th><th>metric</th><th>value (%)</th><th>step</th><th>protocol</th><th>from</th>"
+        "<p>The values the leaderboard aggregates (percent), with the evaluation's own standard error over "
+        "problems.</p><table id='final-eval'><thead><tr>"
+        "<th>suite</th><th>metric</th><th>value (%)</th><th>SE (%)</th><th>step</th><th>protocol</th><th>from</th>"
         f"</tr></thead><tbody>{rows}</tbody></table>"
     )
 

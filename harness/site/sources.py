@@ -4,7 +4,8 @@ A path is one of two kinds:
 
 * a **runs folder** (run directories beneath it, ``harness.results.collect.find_run_dirs``): the leaderboard is
   ``build_leaderboard(collect(path))`` turned into the csv records of ``to_csv`` (the very text ``harness table
-  --format csv`` prints), each row knows its runs, and every run gets a page;
+  --format csv`` prints), each row knows its runs, and every run gets a page; the same in each further metric
+  (``--metric pass``, ``maj``) that every suite's results hold, for the page's metric switch;
 * a **committed results folder** (``leaderboard.csv`` written by ``harness report``): the leaderboard is that
   csv, its notes are ``leaderboard.md``'s, its figures are its PNGs; the runs behind it are not there, so its
   rows link to no run and the page says so.
@@ -14,7 +15,6 @@ Numbers are never recomputed here: cells show the csv record's values; a run's v
 
 from __future__ import annotations
 
-import io
 import json
 import math
 import re
@@ -27,6 +27,9 @@ import pandas as pd
 from harness.io import jsonl_lines
 from harness.results import table as tbl
 from harness.results.collect import Collection, collect, final_evals, find_run_dirs
+from harness.results.rerender import leaderboard_columns, parse_leaderboard_md, read_records
+
+__all__ = ["leaderboard_columns", "read_records"]  # the records' reader lives in harness.results.rerender
 
 GRADED_SUFFIXES = (".graded.jsonl", ".graded.jsonl.gz")
 MAX_SAMPLES = 2000  # graded rows kept per (run, suite) by default
@@ -65,6 +68,19 @@ class RunInfo:
 
 
 @dataclass
+class MetricView:
+    """The leaderboard in another metric (``harness table --metric pass|maj``): its csv records, notes, the runs of
+    each row and each run's value (``run_scores`` in that metric, percent)."""
+
+    metric: str
+    table: pd.DataFrame
+    csv_text: str
+    notes: list[str]
+    row_runs: dict = field(default_factory=dict)  # table row index -> [RunInfo]
+    scores: pd.DataFrame | None = None
+
+
+@dataclass
 class Sweep:
     slug: str
     title: str
@@ -81,6 +97,8 @@ class Sweep:
     other_files: list[Path] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)  # why something is not shown
     collection: Collection | None = None
+    metric: str = "avg"  # the metric of ``table`` (the default view)
+    views: list[MetricView] = field(default_factory=list)  # the other metrics every suite's results hold
 
 
 def slugify(text: str) -> str:
@@ -133,23 +151,6 @@ def load_sweeps(
 # ------------------------------------------------------------------ leaderboard records
 
 
-def leaderboard_columns(table: pd.DataFrame) -> list[str]:
-    """Suite columns (in the csv's order), then the two averages: the ``<col>_mean`` columns of the records (the
-    entropy columns ``entropy_start/end`` describe a row, they are no score: left out)."""
-    cols = [c.removesuffix("_mean") for c in table.columns if c.endswith("_mean")]
-    cols = [c for c in cols if c not in tbl.ENTROPY_COLS]
-    return [c for c in cols if c not in tbl.AVG_COLS] + [c for c in tbl.AVG_COLS if c in cols]
-
-
-def read_records(csv_text: str) -> pd.DataFrame:
-    """The csv records as a DataFrame; empty text fields stay empty strings, numbers stay numbers."""
-    df = pd.read_csv(io.StringIO(csv_text), keep_default_na=True)
-    for c in ("source", "model", "task", "setting", "method", "flag", "seeds", "best"):
-        if c in df:
-            df[c] = df[c].astype(object).where(df[c].notna(), "").astype(str)
-    return df
-
-
 def _runs_sweep(p: Path, slug: str, baseline, allow_mixed, max_samples) -> Sweep:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # collect() keeps them in col.warnings; they go into the notes
@@ -175,6 +176,7 @@ def _runs_sweep(p: Path, slug: str, baseline, allow_mixed, max_samples) -> Sweep
         sweep.baseline = lb.baseline
         sweep.notes = list(lb.notes) + [f"WARNING: {w}" for w in col.warnings]
         ev, _ = tbl.run_scores(col, allow_mixed)
+        sweep.views = _metric_views(col, baseline, allow_mixed)
     except ValueError as e:
         sweep.problems.append(f"No leaderboard: {e}")
         sweep.notes = [f"WARNING: {w}" for w in col.warnings]
@@ -196,7 +198,24 @@ def _runs_sweep(p: Path, slug: str, baseline, allow_mixed, max_samples) -> Sweep
         sweep.runs.append(run)
     if sweep.table is not None and ev is not None:
         _link_rows(sweep, ev)
+        for v in sweep.views:
+            v.row_runs = _row_runs(v.table, v.scores, sweep.runs)
     return sweep
+
+
+def _metric_views(col: Collection, baseline, allow_mixed) -> list[MetricView]:
+    """The leaderboard in each further metric (``tbl.METRICS`` after avg) that every suite's results hold."""
+    views = []
+    for metric in list(tbl.METRICS)[1:]:
+        try:
+            lb = tbl.build_leaderboard(col, baseline=baseline, allow_mixed_protocols=allow_mixed, metric=metric)
+        except ValueError:  # some suite lacks it (harness table names which): no view
+            continue
+        csv_text = tbl.to_csv(lb)
+        scores, _ = tbl.run_scores(col, allow_mixed, metric)
+        notes = list(lb.notes) + [f"WARNING: {w}" for w in col.warnings]
+        views.append(MetricView(metric, read_records(csv_text), csv_text, notes, scores=scores))
+    return views
 
 
 def _final_percent(final: pd.DataFrame, ev: pd.DataFrame | None) -> pd.DataFrame:
@@ -208,30 +227,39 @@ def _final_percent(final: pd.DataFrame, ev: pd.DataFrame | None) -> pd.DataFrame
             return mine
     out = final.copy()
     out["value"] = out["value"] * tbl.SCALE
+    if "stderr" in out:
+        out["stderr"] = out["stderr"] * tbl.SCALE
     out["column"] = out["suite"]
     return out
 
 
 def _link_rows(sweep: Sweep, ev: pd.DataFrame) -> None:
-    """Each leaderboard row's runs: the runs whose final evals the row aggregates (same key as build_leaderboard)."""
-    t = sweep.table
+    """Each leaderboard row's runs (and each run's row in the default view)."""
+    sweep.row_runs = _row_runs(sweep.table, ev, sweep.runs)
+    for i, runs in sweep.row_runs.items():
+        for run in runs:
+            run.row_index = i
+
+
+def _row_runs(t: pd.DataFrame, ev: pd.DataFrame, runs: list[RunInfo]) -> dict:
+    """Table row index -> the runs whose final evals the row aggregates (same key as build_leaderboard)."""
     index = {}
     for i, r in t.iterrows():
         if r["source"] == "runs":
             index[(str(r["model"]), str(r["task"]), str(r["setting"]), str(r["method"]), str(r["flag"]))] = i
-    by_dir = {str(run.run_dir): run for run in sweep.runs}
+    by_dir = {str(run.run_dir): run for run in runs}
+    out: dict = {}
     for run_dir, grp in ev.groupby("run_dir"):
         g = grp.iloc[0]
         flag = tbl.FLAG_INSUFFICIENT if g["status"] == tbl.FLAG_INSUFFICIENT else ""
         key = (str(g["model"]), str(g["task"]), str(g["setting"]), str(g["label"]), flag)
         i = index.get(key)
         run = by_dir.get(str(run_dir))
-        if i is None or run is None:
-            continue
-        run.row_index = i
-        sweep.row_runs.setdefault(i, []).append(run)
-    for runs in sweep.row_runs.values():
-        runs.sort(key=lambda r: (str(r.ident.get("seed")), r.slug))
+        if i is not None and run is not None:
+            out.setdefault(i, []).append(run)
+    for rs in out.values():
+        rs.sort(key=lambda r: (str(r.ident.get("seed")), r.slug))
+    return out
 
 
 def _results_sweep(p: Path, slug: str, max_samples) -> Sweep:
@@ -247,7 +275,7 @@ def _results_sweep(p: Path, slug: str, max_samples) -> Sweep:
             f"<suite>_mean; has {', '.join(table.columns)})"
         )
     md = _read_text(p / "leaderboard.md")
-    title, baseline, notes = _parse_leaderboard_md(md)
+    title, baseline, notes = parse_leaderboard_md(md)
     sweep = Sweep(
         slug=slug,
         title=p.name,
@@ -258,6 +286,7 @@ def _results_sweep(p: Path, slug: str, max_samples) -> Sweep:
         baseline=baseline,
         notes=notes,
         csv_text=csv_text,
+        metric=str(table["metric"].iloc[0]) if "metric" in table and len(table) else "avg",
     )
     sweep.figures = sorted(f for f in p.glob("*.png") if f.is_file())
     sweep.other_files = sorted(
@@ -270,27 +299,6 @@ def _results_sweep(p: Path, slug: str, max_samples) -> Sweep:
         f"samples. Build the site from the runs folder for those: harness site RUNS_DIR --out DIR."
     )
     return sweep
-
-
-def _parse_leaderboard_md(md: str) -> tuple[str, str | None, list[str]]:
-    """(runs folder named in the title, baseline named in the Δ header, the notes: bullets after the table)."""
-    title = ""
-    m = re.search(r"^# Leaderboard: (.+)$", md, re.M)
-    if m:
-        title = m.group(1).strip()
-    b = re.search(r"Δ avg \(suites\) vs ([^ |]+)", md)
-    notes, in_notes = [], False
-    for line in md.splitlines():
-        if line.startswith("|"):
-            in_notes = True
-            continue
-        if line.startswith("## "):
-            if in_notes:
-                break
-            continue
-        if in_notes and line.startswith("- "):
-            notes.append(line[2:].strip())
-    return title, (b.group(1) if b else None), notes
 
 
 # ------------------------------------------------------------------ samples

@@ -71,6 +71,9 @@ def test_a_lazy_module_is_the_real_module_once_used():
 
 
 def test_table_formats_listed_by_the_cli_are_the_tables():
+    from harness.commands.table import METRICS
     from harness.results.table import FORMATS as TABLE_FORMATS
+    from harness.results.table import METRICS as TABLE_METRICS
 
     assert sorted(FORMATS) == sorted(TABLE_FORMATS)
+    assert list(METRICS) == list(TABLE_METRICS)  # --metric's choices, default first

@@ -10,6 +10,7 @@ leaderboard csv, charts answer hover and legend clicks. Saves the leaderboard sc
 from __future__ import annotations
 
 import gzip
+import io
 import json
 import os
 import shutil
@@ -168,6 +169,48 @@ def test_filters_by_size_method_and_suite_change_the_rows(driver, site):
     assert sorted(r.get_attribute("data-method") for r in rows) == ["grpo", "kl_cov"]
     assert {r.get_attribute("data-model") for r in rows} == {"pocket-1m"}
     assert not _th(driver, "countdown").is_displayed() and _th(driver, "arith").is_displayed()
+    assert _errors(driver) == []
+
+
+def test_the_metric_switch_shows_one_metric_at_a_time_with_harness_tables_numbers(driver, site):
+    """The committed quickstart cells hold avg@4 and pass@4: the menu shows the pass@4 table (its cells are `harness
+    table --metric pass`'s csv) and its notes in place of avg@4's; the size filter applies to the table shown."""
+    from selenium.webdriver.common.by import By
+
+    from harness.results.collect import collect
+    from harness.results.table import build_leaderboard, to_csv
+
+    expected = pd.read_csv(io.StringIO(to_csv(build_leaderboard(collect([QS_SAMPLES]), metric="pass"))))
+    _open(driver, site / "quickstart_samples" / "index.html")
+    avg, pas = driver.find_element(By.ID, "leaderboard"), driver.find_element(By.ID, "leaderboard-pass")
+    assert avg.is_displayed() and not pas.is_displayed()
+    notes = {
+        v.get_attribute("data-metric"): v.find_element(By.CSS_SELECTOR, "ul.notes")
+        for v in driver.find_elements(By.CSS_SELECTOR, "div.lb-view")
+        if v.find_elements(By.CSS_SELECTOR, "ul.notes")
+    }
+    assert notes["avg"].is_displayed() and not notes["pass"].is_displayed()
+    _select(driver, "metric", "pass")
+    assert pas.is_displayed() and not avg.is_displayed() and notes["pass"].is_displayed()
+    assert not notes["avg"].is_displayed() and "\nMetric: pass@k: unbiased" in notes["pass"].text
+    shown = {
+        r.get_attribute("data-method"): r.find_element(By.CSS_SELECTOR, 'td[data-col="countdown"]')
+        for r in pas.find_elements(By.CSS_SELECTOR, "tr.lb-row")
+        if r.is_displayed()
+    }
+    assert sorted(shown) == sorted(expected["method"])
+    for r in expected.itertuples():
+        td = shown[r.method]
+        assert float(td.get_attribute("data-value")) == r.countdown_mean
+        assert td.find_element(By.CSS_SELECTOR, ".mean").text == f"{r.countdown_mean:.1f}"
+    assert expected.set_index("method").at["grpo", "countdown_mean"] == pytest.approx(68.0)  # result.json's pass@4
+    _select(driver, "method", "kl_cov")
+    assert [
+        r.get_attribute("data-method") for r in pas.find_elements(By.CSS_SELECTOR, "tr.lb-row") if r.is_displayed()
+    ] == ["kl_cov"]
+    assert driver.find_element(By.CSS_SELECTOR, "#lb-filters .count").text == "1 of 2 rows shown"
+    _select(driver, "metric", "avg")
+    assert avg.is_displayed() and not pas.is_displayed()
     assert _errors(driver) == []
 
 

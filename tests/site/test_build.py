@@ -31,8 +31,9 @@ def site(runs_folder, tmp_path):
     return build_site([runs_folder], tmp_path / "site")
 
 
-def _rows(page):
-    return {(r.attrs["data-model"], r.attrs["data-method"]): r for r in page.find_all("tr", cls="lb-row")}
+def _rows(page, table="leaderboard"):
+    rows = page.find("table", id=table).find_all("tr", cls="lb-row")
+    return {(r.attrs["data-model"], r.attrs["data-method"]): r for r in rows}
 
 
 def _flat(points):
@@ -84,6 +85,35 @@ def test_every_number_on_the_page_equals_the_csv_records_which_are_harness_table
         d = _cell(row, "delta_avg_samples")
         assert float(d.attrs["data-value"]) == r.delta_avg_samples
     assert checked == 12
+
+
+def test_the_metric_switch_offers_what_every_suite_holds_each_table_is_harness_tables_csv(site, runs_folder, read_page):
+    """avg@2 (default) and pass@2 (every run holds it; no maj@2: not offered); the pass table's cells are `harness
+    table --metric pass`'s csv (0.3m grpo: 60, 70 -> 65.0 ± 63.5), each with its own notes; the hover holds the
+    runs' standard error over problems and a run's line under its row shows it (± 5.0 SE for avg, 4.0 for pass)."""
+    page = read_page(site / "sweep_runs" / "index.html")
+    switch = page.find("form", id="lb-filters").find("select", name="metric")
+    assert [o.attrs["value"] for o in switch.find_all("option")] == ["avg", "pass"]
+    views = {v.attrs["data-metric"]: v for v in page.find_all("div", cls="lb-view")}
+    assert sorted(views) == ["avg", "pass"] and len(page.find_all("div", cls="lb-view")) == 4  # 2 tables, 2 notes
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        expected = pd.read_csv(io.StringIO(to_csv(build_leaderboard(collect([runs_folder]), metric="pass"))))
+    rows = _rows(page, "leaderboard-pass")
+    for r in expected.itertuples():
+        td = _cell(rows[r.model, r.method], "countdown")
+        assert float(td.attrs["data-value"]) == r.countdown_mean and float(td.attrs["data-se"]) == r.countdown_se
+    assert _cell(rows["pocket-0.3m", "grpo"], "countdown").text == "65.0 ± 63.5 (n=2)"
+    assert float(_cell(_rows(page)["pocket-0.3m", "grpo"], "countdown").attrs["data-se"]) == pytest.approx(5.0)
+    pass_seeds = page.find("tr", id=f"seeds-{rows['pocket-0.3m', 'grpo'].attrs['data-row']}")
+    assert "countdown 60.0 ± 4.0 SE" in pass_seeds.text and "countdown 70.0 ± 4.0 SE" in pass_seeds.text
+    avg_seeds = page.find("tr", id=f"seeds-{_rows(page)['pocket-0.3m', 'grpo'].attrs['data-row']}")
+    assert "countdown 50.0 ± 5.0 SE" in avg_seeds.text
+    notes = {m: [li.text for li in v.find_all("li")] for m, v in views.items() if v.find_all("ul", cls="notes")}
+    assert notes["pass"][0].startswith("Metric: pass@k: unbiased") and notes["avg"][0].startswith("Metric: avg@k")
+    assert any(n.startswith("protocol countdown: pass@2 | ") for n in notes["pass"])
+    assert any("at most 2 seed(s) per arm: no test is run and nothing is marked" in n for n in notes["pass"])
+    assert not page.find_all("strong")  # 2 seeds: nothing marked in either metric
 
 
 def test_a_cell_links_to_its_run_or_to_the_list_of_its_seeds_and_run_pages_link_back(site, read_page):
@@ -168,6 +198,8 @@ def test_a_committed_results_folder_shows_its_csv_says_it_has_no_runs_and_keeps_
         assert delta.text.startswith(f"{r.delta_avg_suites:+.1f}")
         assert (" ± " in delta.text) == (r.method != "grpo" and r.countdown_n > 1)  # the paired Δ carries its CI
     assert "not the runs behind them (runs/quickstart)" in page.find("p", cls="notice").text
+    assert not page.find_all("strong")  # 3 seeds: nothing marked (clip_cov's Δ interval excludes 0: not bold)
+    assert not page.find_all("select", name="metric")  # the committed csv holds one metric
     assert "Δ avg (suites) vs grpo" in page.text
     assert any("95% Student-t CI over seeds" in li.text for li in page.find("ul", cls="notes").find_all("li"))
     figs = sorted((site / "quickstart" / "figures").iterdir())

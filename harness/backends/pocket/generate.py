@@ -477,8 +477,27 @@ def sample_problems(model, tok, problems, n, temperature, generator, *, max_new_
     )
 
 
-def score_responses(batch: Batch, tok, task, problems, n) -> torch.Tensor:
-    """The task's reward of each response of ``batch`` (``n`` rows a problem, as ``sample_problems`` lays out)."""
+def response_texts(batch: Batch, tok) -> list[str]:
+    """Each response of ``batch`` decoded (its masked tokens)."""
     rows, masks = batch.responses.tolist(), batch.mask.bool().tolist()  # plain lists: no per-row tensor ops
-    texts = [tok.decode([t for t, keep in zip(r, m) if keep]) for r, m in zip(rows, masks)]
+    return [tok.decode([t for t, keep in zip(r, m) if keep]) for r, m in zip(rows, masks)]
+
+
+def score_responses(batch: Batch, tok, task, problems, n, texts=None) -> torch.Tensor:
+    """The task's reward of each response of ``batch`` (``n`` rows a problem, as ``sample_problems`` lays out)."""
+    texts = response_texts(batch, tok) if texts is None else texts
     return torch.tensor([task.verify(t, problems[i // n]) for i, t in enumerate(texts)], dtype=torch.float32)
+
+
+def eval_metrics(batch: Batch, tok, task, problems, k) -> tuple[dict, torch.Tensor]:
+    """The held-out metrics of ``k`` responses a problem (avg@k, pass@k, maj@k with standard errors: the evals'
+    ``summarize``; maj@k votes by ``task.answer_key``) and the grades, one row a problem."""
+    from harness.evals.metrics import summarize
+
+    texts = response_texts(batch, tok)
+    sc = score_responses(batch, tok, task, problems, k, texts).view(len(problems), k)
+    keys = [task.answer_key(t) for t in texts]
+    rows = [
+        {"correct": [bool(x) for x in row], "answers": keys[i * k : (i + 1) * k]} for i, row in enumerate(sc.tolist())
+    ]
+    return summarize(rows, k=k), sc

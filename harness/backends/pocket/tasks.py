@@ -81,6 +81,12 @@ class Task:
     def verify(self, response: str, problem: dict) -> float:
         raise NotImplementedError
 
+    def answer_key(self, response: str):
+        """maj@k's vote of a response (evals/metrics.py ``majority_correct``): a key equal for responses that
+        ``verify`` grades alike on a problem, None for no answer (no vote). Default: the stripped text, which is
+        what ``Arith.verify`` compares."""
+        return response.strip() or None
+
     def sft_answer(self, problem: dict) -> str:
         return problem["answer"]
 
@@ -219,6 +225,14 @@ class Countdown(Task):
         used = Counter(int(t) for t in re.findall(r"\d+", expr))
         return 1.0 if used == Counter(problem["numbers"]) else 0.0
 
+    def answer_key(self, response):
+        """Unordered: (value, the numbers used), which is all ``verify`` reads, so ``7*12`` and ``12*7`` vote
+        together; an expression that does not evaluate gives no vote. Ordered: the text without spaces."""
+        if self.options["ordered"]:
+            return re.sub(r"\s+", "", response) or None
+        val = safe_eval(response.strip())
+        return None if val is None else (val, tuple(sorted(int(t) for t in re.findall(r"\d+", response))))
+
 
 def _normalise(s: str) -> str:
     s = s.strip()
@@ -273,6 +287,11 @@ class JsonlTask(Task):
             except Exception:
                 pass
         return 1.0 if _normalise(response) == _normalise(problem["answer"]) else 0.0
+
+    def answer_key(self, response):
+        """The last ``\\boxed{}``'s content (else the text) without spaces, as ``verify`` compares it without
+        math-verify (where math-verify grades, a class votes with its first response's grade)."""
+        return _normalise(response) or None
 
 
 def is_jsonl(name: str) -> bool:

@@ -711,7 +711,7 @@ class PocketTrainer:
 
     def eval_plan(self, step: int):
         """``evaluate`` as a generator: yields each generation (``GenerateRequest``), receives its Batch."""
-        from harness.evals.metrics import summarize
+        from .generate import eval_metrics
 
         ec, cfg = self.cfg.eval, self.cfg
         t0 = time.time()
@@ -721,8 +721,7 @@ class PocketTrainer:
         g = make_generator(cfg.seed, step, "eval", self.device)
         options = {"top_p": ec.top_p, "max_new_tokens": max_new, "greedy": ec.temperature == 0}
         b = yield GenerateRequest(problems, k, ec.temperature, g, options)
-        sc = self._score(b, problems, k).view(len(problems), k)
-        metrics = summarize([{"correct": [bool(x) for x in row]} for row in sc.tolist()], k=k)
+        metrics, sc = eval_metrics(b, self.tok, self.task, problems, k)
         if ec.greedy:
             bg = yield GenerateRequest(problems, 1, 1.0, None, {"greedy": True, "max_new_tokens": max_new})
             metrics["greedy"] = float(self._score(bg, problems, 1).mean())

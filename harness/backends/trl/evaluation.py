@@ -12,10 +12,9 @@ from harness.run.records import task_eval_doc, write_step_eval
 
 @torch.no_grad()
 def evaluate(cfg, model, tok, task, step: int, run_dir: Path, device) -> dict:
-    """avg@k (and greedy) on the task's held-out split after ``step`` RL steps -> ``eval/step_<step>.json``."""
-    from harness.backends.pocket.generate import sample_problems, score_responses
+    """avg@k, pass@k, maj@k (and greedy) on the held-out split after ``step`` RL steps -> ``eval/step_<step>.json``."""
+    from harness.backends.pocket.generate import eval_metrics, sample_problems, score_responses
     from harness.backends.pocket.trainer import make_generator
-    from harness.evals.metrics import summarize
 
     ec = cfg.eval
     problems = task.test[: ec.max_problems] if ec.max_problems else task.test
@@ -23,8 +22,7 @@ def evaluate(cfg, model, tok, task, step: int, run_dir: Path, device) -> dict:
     g = make_generator(cfg.seed, step, "eval", device)
     options = {"top_p": ec.top_p, "max_new_tokens": max_new, "greedy": ec.temperature == 0}
     b = sample_problems(model, tok, problems, k, ec.temperature, g, **options)
-    sc = score_responses(b, tok, task, problems, k).view(len(problems), k)
-    metrics = summarize([{"correct": [bool(x) for x in row]} for row in sc.tolist()], k=k)
+    metrics = eval_metrics(b, tok, task, problems, k)[0]
     if ec.greedy:
         bg = sample_problems(model, tok, problems, 1, 1.0, None, greedy=True, max_new_tokens=max_new)
         metrics["greedy"] = float(score_responses(bg, tok, task, problems, 1).mean())

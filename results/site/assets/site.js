@@ -68,26 +68,33 @@
     });
   }
 
-  /* ---------------------------------------------------------------- leaderboard filters */
+  /* ---------------------------------------------------------------- leaderboard filters, metric switch */
 
-  function initLeaderboardFilters(form, table) {
+  function initLeaderboardFilters(form) {
     var count = $(".count", form);
     function apply() {
       var model = form.elements.model.value, method = form.elements.method.value, suite = form.elements.suite.value;
-      var shown = 0, rows = mainRows(table);
-      rows.forEach(function (tr) {
-        var ok = (!model || tr.getAttribute("data-model") === model) &&
-          (!method || tr.getAttribute("data-method") === method) &&
-          (!suite || (tr.getAttribute("data-suites") || "").split(";").indexOf(suite) >= 0);
-        tr.hidden = !ok;
-        var detail = document.getElementById("seeds-" + tr.getAttribute("data-row"));
-        if (detail) detail.hidden = !ok;
-        if (ok) shown++;
+      var metric = form.elements.metric ? form.elements.metric.value : null;
+      /* one table per metric (avg@k, pass@k, maj@k): only the chosen one and its notes are shown */
+      $$(".lb-view").forEach(function (v) { v.hidden = metric !== null && v.getAttribute("data-metric") !== metric; });
+      var shown = 0, total = 0;
+      $$("table.leaderboard").forEach(function (table) {
+        var rows = mainRows(table), visible = !table.closest(".lb-view") || !table.closest(".lb-view").hidden;
+        rows.forEach(function (tr) {
+          var ok = (!model || tr.getAttribute("data-model") === model) &&
+            (!method || tr.getAttribute("data-method") === method) &&
+            (!suite || (tr.getAttribute("data-suites") || "").split(";").indexOf(suite) >= 0);
+          tr.hidden = !ok;
+          var detail = document.getElementById("seeds-" + tr.getAttribute("data-row"));
+          if (detail) detail.hidden = !ok;
+          if (ok && visible) shown++;
+        });
+        if (visible) total += rows.length;
+        $$(".suite-col", table).forEach(function (c) {
+          c.hidden = !!suite && c.getAttribute("data-col") !== suite;
+        });
       });
-      $$(".suite-col", table).forEach(function (c) {
-        c.hidden = !!suite && c.getAttribute("data-col") !== suite;
-      });
-      count.textContent = shown + " of " + rows.length + " rows shown";
+      count.textContent = shown + " of " + total + " rows shown";
     }
     form.addEventListener("change", apply);
     apply();
@@ -372,7 +379,7 @@
   function start() {
     $$("table.sortable").forEach(makeSortable);
     var lb = $("#leaderboard"), form = $("#lb-filters");
-    if (lb && form) initLeaderboardFilters(form, lb);
+    if (lb && form) initLeaderboardFilters(form);
     $$("figure.chart").forEach(initChart);
     if ($("#sample-index")) initSamples();
   }
