@@ -21,6 +21,10 @@ def export_run(run_dir: str | os.PathLike, out: str | os.PathLike | None) -> Pat
     from harness.run.config import load_config
 
     run_dir = Path(run_dir)
+    if out is not None:
+        from harness.run.rundir import check_output_place
+
+        check_output_place(out, "--out")
     if not (run_dir / "config.yaml").is_file():
         raise FileNotFoundError(f"{run_dir}: not a run directory (no config.yaml)")
     cfg = load_config(run_dir / "config.yaml")

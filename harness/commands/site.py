@@ -37,12 +37,14 @@ def register(sub) -> None:
 
 
 def run(args) -> int:
+    from harness.run.rundir import check_output_place
     from harness.site import build_site, serve
 
     if args.max_samples is not None and args.max_samples < 1:
         raise ValueError(f"--max-samples {args.max_samples}: give a positive number of rows")
     if not 0 <= args.port <= 65535:
         raise ValueError(f"--port {args.port}: give 0..65535")
+    check_output_place(args.out, "--out")
     command = "harness site " + " ".join(shlex.quote(p) for p in args.paths) + f" --out {shlex.quote(args.out)}"
     out = build_site(
         args.paths,

@@ -74,10 +74,15 @@ def run(args: argparse.Namespace) -> int:
     check_placement(runs_dir, "sweep")  # never inside a run or another sweep, never around stray runs
     check_owner(runs_dir, spec.name)  # never into another sweep's runs directory
     if args.results_dir:  # refused now, not after the sweep ran
-        from harness.io import check_output_dir
+        from harness.run.rundir import check_output_place
 
-        check_output_dir(args.results_dir, "--results-dir")
-        check_placement(args.results_dir, "report")
+        check_output_place(args.results_dir, "--results-dir")
+        res, own = Path(args.results_dir).absolute(), Path(runs_dir).absolute()
+        if res == own or own in res.parents:  # this sweep's runs directory, not made yet
+            raise ValueError(
+                f"--results-dir {args.results_dir}: it would be inside this sweep's runs directory {runs_dir}; "
+                "write it outside run and sweep directories"
+            )
     if args.dry_run:
         print_plan(spec, cells, runs_dir, args.executor)
         return 0

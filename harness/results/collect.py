@@ -227,6 +227,8 @@ def _run_info(run_dir: Path) -> dict:
     result = _read_json(run_dir / "result.json") if (run_dir / "result.json").exists() else None
     result = result or _eval_only_result(run_dir)
     cfg = _read_config(run_dir / "config.yaml") if (run_dir / "config.yaml").exists() else {}
+    if cfg and result is not None and "run_id" in result:
+        cfg = _trusted_config(run_dir, cfg)
     src = result or {}
     method_cfg = src.get("method_config")
     settings = {f"method.{k}": v for k, v in (method_cfg or {}).items()}
@@ -254,6 +256,22 @@ def _run_info(run_dir: Path) -> dict:
         **run_provenance(result),
         "_result": result,
     }
+
+
+def _trusted_config(run_dir: Path, cfg: dict) -> dict:
+    """``cfg`` (the run's config.yaml), or {} with a warning when it is not the config of the run its result.json
+    records (edited after training): the run's settings then come from result.json alone."""
+    from harness.run.identity import config_drift
+
+    drift = config_drift(run_dir, cfg)
+    if drift is None:
+        return cfg
+    warnings.warn(
+        f"{run_dir}: {drift[1]}; its settings are read from result.json, not config.yaml",
+        CorruptMetricsWarning,
+        stacklevel=3,
+    )
+    return {}
 
 
 def _detail(run_dir: Path, result: dict | None) -> str:
