@@ -82,8 +82,11 @@ def dataset_entry(
     path_or_rows: str | os.PathLike | Iterable[Mapping],
     revision: str | None = None,
     source: str | None = None,
+    role: str | None = None,
 ) -> dict:
-    """``{"name", "source", "revision", "sha256", "rows"}`` of the data a result read.
+    """``{"name", "source", "revision", "sha256", "rows"}`` (and ``role``: ``train`` or ``eval``, when given) of the
+    data a result read. Readers compare data per (role, name): a run's training data is never compared with the
+    test problems an eval of it read, though both carry the task's name.
 
     A path hashes the file's bytes (``rows`` None; ``source`` defaults to the path); rows (dicts) hash as
     canonical JSON lines (``rows`` = their count). ``revision`` is the hub revision the data was pinned to, or
@@ -98,7 +101,8 @@ def dataset_entry(
         source = source if source is not None else str(path)
     else:
         digest, n_rows = rows_sha256(path_or_rows)
-    return {"name": name, "source": source, "revision": revision, "sha256": digest, "rows": n_rows}
+    entry = {"name": name, "source": source, "revision": revision, "sha256": digest, "rows": n_rows}
+    return {**entry, "role": role} if role else entry
 
 
 def file_sha256(path: str | os.PathLike) -> str:

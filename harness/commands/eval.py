@@ -79,7 +79,12 @@ def _print_suites() -> int:
 
 
 def check_eval_args(args) -> None:
-    """Every value that would make an eval meaningless is refused before any model is loaded."""
+    """Every value that would make an eval meaningless is refused before any model is loaded; a missing model is
+    named before the suites are resolved (an exported run brings its own suite)."""
+    if args.model:
+        from harness.evals.engines import check_model_path, split_model_path
+
+        check_model_path(split_model_path(args.model)[0])
     if args.suites and args.lm_eval_tasks:
         raise ValueError(
             "--suites and --lm-eval-tasks are two separate evaluations; give one of them (our suites "

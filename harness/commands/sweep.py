@@ -15,6 +15,7 @@ import yaml
 from harness.commands._common import print_resubmit_hint
 from harness.io import atomic_write_text
 from harness.sweeps import cells as C
+from harness.sweeps import index
 from harness.sweeps.expand import Cell, expand
 from harness.sweeps.resources import (
     EXECUTORS,
@@ -138,6 +139,9 @@ def _submit(
             print(f"skip {len(names)} {reason}: {', '.join(names[:6])}{' ...' if len(names) > 6 else ''}")
     if todo:
         atomic_write_text(runs_dir / "sweep.yaml", spec_copy(spec, args.spec))
+        problem = index.record(args.spec, runs_dir)  # `harness status SPEC` finds this runs directory
+        if problem:
+            print(f"warning: not recorded where {args.spec} was submitted ({problem}); give harness status --runs-dir")
         resumed = 0
         for c in todo:
             d = C.materialise(c, runs_dir, spec.name, spec_path=str(args.spec), command=commands[c.id])

@@ -241,9 +241,9 @@ def task_datasets(cfg: RunConfig) -> list[dict]:
     options, test size: the generator is deterministic, and the code is the provenance's git commit)."""
     path = Path(cfg.task.name)
     if path.is_file():
-        return [provenance.dataset_entry(task_label(cfg.task.name), path)]
+        return [provenance.dataset_entry(task_label(cfg.task.name), path, role="train")]
     spec = {"task": cfg.task.name, "options": cfg.task.options, "test_size": cfg.task.test_size}
-    return [provenance.dataset_entry(cfg.task.name, [spec], source="generated")]
+    return [provenance.dataset_entry(cfg.task.name, [spec], source="generated", role="train")]
 
 
 def run(config, run_dir: str | os.PathLike, force: bool = False, quiet: bool = False) -> dict:
