@@ -79,12 +79,7 @@ def _print_suites() -> int:
 
 
 def check_eval_args(args) -> None:
-    """Every value that would make an eval meaningless is refused before any model is loaded; a missing model is
-    named before the suites are resolved (an exported run brings its own suite)."""
-    if args.model:
-        from harness.evals.engines import check_model_path, split_model_path
-
-        check_model_path(split_model_path(args.model)[0])
+    """Every value that would make an eval meaningless is refused before any model is loaded."""
     if args.suites and args.lm_eval_tasks:
         raise ValueError(
             "--suites and --lm-eval-tasks are two separate evaluations; give one of them (our suites "
@@ -122,6 +117,10 @@ def check_eval_args(args) -> None:
         check_output_place(args.out, "--out")
     elif args.model:  # the default output folder follows the same rule
         check_output_place(default_out(args.model), "--out (default)")
+    if args.model:  # a missing model is named before the suites resolve (an exported run brings its own suite)
+        from harness.evals.engines import check_model_path, split_model_path
+
+        check_model_path(split_model_path(args.model)[0])
 
 
 def default_out(model: str) -> str:
