@@ -134,14 +134,14 @@ def _submit(
                 C.check_cell_dir(c, runs_dir)
             except ValueError as e:
                 print(f"warning: {e}", file=sys.stderr)
+    problem = index.record(args.spec, runs_dir)  # `harness status SPEC` finds this runs directory
+    if problem:
+        print(f"warning: not recorded where {args.spec} was submitted ({problem})", file=sys.stderr)
     for reason, names in skipped.items():
         if names:
             print(f"skip {len(names)} {reason}: {', '.join(names[:6])}{' ...' if len(names) > 6 else ''}")
     if todo:
         atomic_write_text(runs_dir / "sweep.yaml", spec_copy(spec, args.spec))
-        problem = index.record(args.spec, runs_dir)  # `harness status SPEC` finds this runs directory
-        if problem:
-            print(f"warning: not recorded where {args.spec} was submitted ({problem}); give harness status --runs-dir")
         resumed = 0
         for c in todo:
             d = C.materialise(c, runs_dir, spec.name, spec_path=str(args.spec), command=commands[c.id])

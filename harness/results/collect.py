@@ -32,6 +32,7 @@ import pandas as pd
 import yaml
 
 from harness.io import jsonl_lines
+from harness.provenance import STAMP_FILE
 from harness.run.metrics import COMPLETED, FAILED, FINISHED, INSUFFICIENT_UPDATES, STEP
 from harness.run.records import task_label
 
@@ -237,7 +238,7 @@ def _run_info(run_dir: Path) -> dict:
     role = "train" if result is not None else "eval"  # the data an eval-only results.json names: its problems
     result = result or _eval_only_result(run_dir)
     cfg = _read_config(run_dir / "config.yaml") if (run_dir / "config.yaml").exists() else {}
-    if cfg and result is not None and "run_id" in result:
+    if cfg and result is not None and (run_dir / STAMP_FILE).is_file():  # a run stamped at its start
         cfg = _trusted_config(run_dir, cfg)
     src = result or {}
     method_cfg = src.get("method_config")
@@ -270,8 +271,8 @@ def _run_info(run_dir: Path) -> dict:
 
 
 def _trusted_config(run_dir: Path, cfg: dict) -> dict:
-    """``cfg`` (the run's config.yaml), or {} with a warning when it is not the config of the run its result.json
-    records (edited after training): the run's settings then come from result.json alone."""
+    """``cfg`` (the run's config.yaml), or {} with a warning when it is not the config of the run its start stamp
+    and result.json record (edited after training): the run's settings then come from result.json alone."""
     from harness.run.identity import config_drift
 
     drift = config_drift(run_dir, cfg)

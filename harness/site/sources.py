@@ -403,6 +403,7 @@ def _config_text(run_dir: Path) -> str:
     import yaml
 
     from harness.io import load_yaml
+    from harness.provenance import STAMP_FILE
     from harness.run.identity import config_drift
 
     text = _read_text(run_dir / "config.yaml")
@@ -410,7 +411,8 @@ def _config_text(run_dir: Path) -> str:
         cfg = load_yaml(text)
     except (ValueError, yaml.YAMLError):
         return text
-    drift = config_drift(run_dir, cfg) if isinstance(cfg, dict) and cfg else None
+    stamped = (run_dir / STAMP_FILE).is_file()  # a run stamped at its start (as harness.results.collect)
+    drift = config_drift(run_dir, cfg) if stamped and isinstance(cfg, dict) and cfg else None
     return text if drift is None else f"# WARNING: {drift[1]}\n{text}"
 
 
