@@ -37,8 +37,9 @@ RUN_FILES = (
     "tensorboard",
     "wandb",
 )  # and the files each backend declares (``Backend.run_files``: its own logs)
-# what else a run directory may hold: its lock and cell file, result.json files kept aside, replaced runs
-RUN_LEFTOVERS = (LOCK_FILE, CELL_FILE, "result.*.json", "replaced")
+# what else a run directory may hold: its lock and cell file, result.json files kept aside, replaced runs, the
+# after-training stage's export and the trackers' record (harness.run.tracking)
+RUN_LEFTOVERS = (LOCK_FILE, CELL_FILE, "result.*.json", "replaced", "export", "trackers.jsonl")
 
 
 class RunDirBusy(ValueError):
