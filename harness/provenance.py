@@ -66,10 +66,12 @@ CODE_KEYS = ("git_commit", "git_dirty", "git_diff_sha256", "untracked")
 _PROC_GPUS = Path("/proc/driver/nvidia/gpus")
 
 
-def collect(datasets: Iterable[Mapping] = ()) -> dict:
-    """The provenance object (see the module docstring); ``datasets`` are ``dataset_entry`` results."""
+def collect(datasets: Iterable[Mapping] = (), code: Mapping | None = None) -> dict:
+    """The provenance object (see the module docstring); ``datasets`` are ``dataset_entry`` results; ``code`` the
+    code state to record (default: the checkout's now)."""
+    code = code_state() if code is None else {k: code.get(k) for k in CODE_KEYS}
     return {
-        **code_state(),
+        **code,
         "packages": package_versions(),
         "datasets": [_check_entry(d) for d in datasets],
         "hardware": hardware(),
@@ -252,10 +254,9 @@ def for_run(run_dir: str | os.PathLike, datasets: Iterable[Mapping] = ()) -> dic
     """The provenance of a finished run: ``collect`` now (packages, data, hardware), with the code state of the
     run's start stamp (``started``) and ``resumed_under`` (each resume under other code); without a stamp, the
     code of now."""
-    prov = collect(datasets)
     stamp = read_stamp(run_dir)
+    prov = collect(datasets, None if stamp is None else stamp.get("code") or {})
     if stamp is not None:
-        prov.update({k: (stamp.get("code") or {}).get(k) for k in CODE_KEYS})
         prov["started"] = stamp.get("started")
         prov["resumed_under"] = list(stamp.get("resumed_under") or [])
     return prov
