@@ -33,6 +33,7 @@ import yaml
 
 from harness.io import jsonl_lines
 from harness.provenance import STAMP_FILE
+from harness.run.config import WRITTEN_ORDER, missing_sections
 from harness.run.metrics import COMPLETED, FAILED, FINISHED, INSUFFICIENT_UPDATES, STEP
 from harness.run.records import task_label
 
@@ -238,8 +239,8 @@ def _run_info(run_dir: Path) -> dict:
     role = "train" if result is not None else "eval"  # the data an eval-only results.json names: its problems
     result = result or _eval_only_result(run_dir)
     cfg = _read_config(run_dir / "config.yaml") if (run_dir / "config.yaml").exists() else {}
-    if cfg and result is not None and (run_dir / STAMP_FILE).is_file():  # a run stamped at its start
-        cfg = _trusted_config(run_dir, cfg)
+    if cfg:
+        cfg = _trusted_config(run_dir, cfg, stamped=result is not None and (run_dir / STAMP_FILE).is_file())
     src = result or {}
     method_cfg = src.get("method_config")
     settings = {f"method.{k}": v for k, v in (method_cfg or {}).items()}
@@ -270,11 +271,22 @@ def _run_info(run_dir: Path) -> dict:
     }
 
 
-def _trusted_config(run_dir: Path, cfg: dict) -> dict:
+def _trusted_config(run_dir: Path, cfg: dict, stamped: bool) -> dict:
     """``cfg`` (the run's config.yaml), or {} with a warning when it is not the config of the run its start stamp
-    and result.json record (edited after training): the run's settings then come from result.json alone."""
+    and result.json record (edited or cut after training): the run's settings then come from result.json alone.
+    A run without a stamp cannot be checked: a file cut short in the harness's order is named, its rest used."""
     from harness.run.identity import config_drift
 
+    if not stamped:
+        gap = missing_sections(cfg)
+        if gap and list(cfg) == WRITTEN_ORDER[: len(cfg)]:  # the head of a file in the harness's order: cut short
+            warnings.warn(
+                f"{run_dir / 'config.yaml'}: no {', '.join(gap)} section (the file was cut short); its other "
+                "settings are used",
+                CorruptMetricsWarning,
+                stacklevel=3,
+            )
+        return cfg
     drift = config_drift(run_dir, cfg)
     if drift is None:
         return cfg

@@ -393,6 +393,16 @@ def read_config_file(path: str | os.PathLike) -> dict:
     return read_yaml_mapping(path, ConfigError, "a run config", SECTIONS_HINT, empty=EMPTY_HINT)
 
 
+WRITTEN_SECTIONS = ("backend", "seed", "method", "model", "task", "train", "eval", "logging")
+WRITTEN_ORDER = ["backend", "seed", "name", "method", "model", "task", "train", "eval", "logging"]  # to_yaml's
+
+
+def missing_sections(stored: Mapping) -> list[str]:
+    """The top-level sections every config.yaml the harness writes into a run directory holds (resolved, since
+    the first release) and ``stored`` lacks: a gap there means a cut or hand-edited file, not another run."""
+    return [k for k in WRITTEN_SECTIONS if k not in stored]
+
+
 def build_config(data: Mapping) -> RunConfig:
     """A ``RunConfig`` typed from a mapping: the core sections, then each section the run's backend owns
     (``Backend.build_section``). A section that only other backends own is refused unless it is empty (every run

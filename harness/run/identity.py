@@ -1,16 +1,22 @@
 """A run directory's identity: the run its ``config.yaml`` hashes to must be the run its ``result.json`` and its
 start stamp (``provenance.json``) record. A ``config.yaml`` edited after the run started would otherwise stand
 beside numbers it did not produce: ``harness train`` refuses such a directory (``check_run_dir``) and the readers
-(``harness.results.collect``: table, report, site) flag the run and show the recorded settings, not the edited ones.
+(``harness.results.collect``: table, report, site) flag the run and show the recorded settings, not the edited ones;
+``export`` reads the config through ``load_stored_config``, which refuses it.
 """
 
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Mapping
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from harness.provenance import STAMP_FILE, read_stamp
+
+if TYPE_CHECKING:
+    from harness.run.config import RunConfig
 
 
 def recorded_runs(run_dir: Path) -> dict[str, str]:
@@ -45,7 +51,7 @@ def config_ids(config: Mapping) -> list[str]:
 def config_drift(run_dir: Path, config: Mapping) -> tuple[str, str] | None:
     """``(recorded run id, why)`` when ``config`` (the directory's config.yaml, as read) is not the config of the
     run ``run_dir`` records; None when it is, or nothing is recorded yet."""
-    from harness.run.config import run_id_of
+    from harness.run.config import missing_sections, run_id_of
 
     recorded = recorded_runs(run_dir)
     if not recorded or set(recorded.values()) <= {run_id_of(config)}:
@@ -56,13 +62,14 @@ def config_drift(run_dir: Path, config: Mapping) -> tuple[str, str] | None:
         return None
     rid = next(iter(other.values()))
     files = " and ".join(sorted(other))
+    verb = "record" if len(other) > 1 else "records"
+    head = f"its config.yaml is not the config of the run it holds: {files} {verb} run {rid}, config.yaml gives run "
+    gap = missing_sections(config)
+    if gap:  # cut short: the keys the defaults would fill in are no edit
+        return rid, f"{head}{ids[-1]} (no {', '.join(gap)} section: cut short or edited by hand)"
     changed = changed_keys(run_dir, config)
     what = f": {'; '.join(changed)}" if changed else "; which keys changed is not recorded in result.json"
-    verb = "record" if len(other) > 1 else "records"
-    return rid, (
-        f"its config.yaml is not the config of the run it holds: {files} {verb} run {rid}, config.yaml gives run "
-        f"{ids[-1]} (edited after the run started{what})"
-    )
+    return rid, f"{head}{ids[-1]} (edited after the run started{what})"
 
 
 def changed_keys(run_dir: Path, config: Mapping) -> list[str]:
@@ -94,3 +101,24 @@ def _flat_settings(config: Mapping) -> dict:
         return measuring_items(load_config(dict(config)))
     except (ValueError, TypeError, KeyError):
         return measuring_items(dict(config))
+
+
+def load_stored_config(run_dir: str | os.PathLike) -> RunConfig:
+    """A run directory's own config.yaml as a ``RunConfig``, refused (naming the file) when it lacks a section the
+    harness always writes (filling the gap with defaults would give another run id and blame the checkpoints) or
+    is not the config of the run its ``result.json``/start stamp record (``config_drift``): what ``export``
+    builds its model from."""
+    from harness.run.config import ConfigError, load_config, missing_sections, read_config_file
+
+    path = Path(run_dir) / "config.yaml"
+    data = read_config_file(path)
+    gap = missing_sections(data)
+    if gap:
+        raise ConfigError(
+            f"{path}: no {', '.join(gap)} section{'s' * (len(gap) > 1)}; the harness writes every section into a "
+            "run directory's config.yaml, so this one was cut short or edited by hand"
+        )
+    drift = config_drift(Path(run_dir), data)
+    if drift is not None:
+        raise ConfigError(f"{run_dir}: {drift[1]}; restore its config.yaml to use this run")
+    return load_config(data)
