@@ -253,7 +253,7 @@ def suite_dataset_entry(suite: Suite, problems: list[dict], *, data_dir=None, fi
     else:
         source = "hub:" + ":".join(x for x in (suite.hf_id, suite.hf_config, suite.split) if x)
         revision = getattr(suite, "revision", None)
-    return provenance.dataset_entry(suite.name, problems, revision=revision, source=source)
+    return provenance.dataset_entry(suite.name, problems, revision=revision, source=source, role="eval")
 
 
 def _previous_datasets(summary: dict) -> dict[str, dict]:

@@ -509,5 +509,8 @@ def resolve_suites(spec: str | list[str]) -> list[Suite]:
     names = [s.strip() for s in (spec.split(",") if isinstance(spec, str) else spec) if s.strip()]
     if not names:
         raise ValueError("no suites given; known suites: " + ", ".join(list_suites()))
+    twice = [n for i, n in enumerate(names) if n in names[:i]]
+    if twice:  # scored (and counted) twice otherwise
+        raise ValueError(f"suite {twice[0]!r} is listed {names.count(twice[0])} times; list each suite once")
     _ensure_backend_suites()
     return [SUITES.get(n) for n in names]

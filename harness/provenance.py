@@ -2,7 +2,8 @@
 
 ``collect(datasets=[...])`` returns the ``provenance`` object that result files carry::
 
-    {"git_commit": "<40 hex>" | None, "git_dirty": bool | None,
+    {"git_commit": "<40 hex>" | None, "git_dirty": bool | None, "git_diff_sha256": "<64 hex>" | None,
+     "untracked": ["methods/my_method.py", ...] | None,
      "packages": {"torch": "2.13.0+cpu", "transformers": ..., "vllm": None, ...},
      "datasets": [{"name", "source", "revision", "sha256", "rows"}, ...],
      "hardware": {"cpu": "<model>", "cpu_count": 16, "gpu": "<model>" | None, "gpu_count": 0,
@@ -17,7 +18,13 @@ Decisions:
 * ``git_commit``/``git_dirty`` are of the checkout the running ``harness`` package was imported from, and only
   when that directory is the top of a git work tree: an installed package (site-packages, perhaps inside some
   other repository's virtualenv) gets ``None``, as does a machine without git. ``git_dirty`` counts changes to
-  tracked files only (run outputs and other untracked files do not make a tree dirty).
+  tracked files and untracked files under the code folders (``CODE_FOLDERS``: a method added in a new file, the
+  README's way to add one, makes the tree dirty); run outputs and other untracked files do not.
+  ``git_diff_sha256`` hashes what makes it dirty (``git diff HEAD --binary``, then each untracked code file's path
+  and bytes), so two dirty trees can be told apart; ``untracked`` lists those files.
+* A run is stamped when it starts (``stamp_run``: ``RUN/provenance.json`` holds the run id, its config and the
+  code state, written once and kept through resumes); ``for_run`` gives its result's provenance with the code
+  state of the start, and ``resumed_under`` lists each resume under other code (never silently restamped).
 * Every package of ``PACKAGES`` is always a key; an absent package is ``None`` (looked up, not installed), so a
   reader can tell "not installed" from "not recorded". ``harness`` is the installed ``entropy-harness``
   distribution's version (``None`` when running from a source tree that was never installed).
@@ -52,19 +59,23 @@ PACKAGES = {
     "harness": "entropy-harness",
 }
 GIT_TIMEOUT_S = 5.0
+# the project's code folders: an untracked file under one of them changes what a run runs (makes the tree dirty)
+CODE_FOLDERS = ("harness", "methods", "baselines", "evals", "sweeps", "scripts")
+STAMP_FILE = "provenance.json"  # in a run directory: its start stamp (stamp_run)
+CODE_KEYS = ("git_commit", "git_dirty", "git_diff_sha256", "untracked")
 _PROC_GPUS = Path("/proc/driver/nvidia/gpus")
 
 
-def collect(datasets: Iterable[Mapping] = ()) -> dict:
-    """The provenance object (see the module docstring); ``datasets`` are ``dataset_entry`` results."""
-    commit, dirty = git_state()
+def collect(datasets: Iterable[Mapping] = (), code: Mapping | None = None) -> dict:
+    """The provenance object (see the module docstring); ``datasets`` are ``dataset_entry`` results; ``code`` the
+    code state to record (default: the checkout's now)."""
+    code = code_state() if code is None else {k: code.get(k) for k in CODE_KEYS}
     return {
-        "git_commit": commit,
-        "git_dirty": dirty,
+        **code,
         "packages": package_versions(),
         "datasets": [_check_entry(d) for d in datasets],
         "hardware": hardware(),
-        "created": _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "created": _now(),
     }
 
 
@@ -73,8 +84,11 @@ def dataset_entry(
     path_or_rows: str | os.PathLike | Iterable[Mapping],
     revision: str | None = None,
     source: str | None = None,
+    role: str | None = None,
 ) -> dict:
-    """``{"name", "source", "revision", "sha256", "rows"}`` of the data a result read.
+    """``{"name", "source", "revision", "sha256", "rows"}`` (and ``role``: ``train`` or ``eval``, when given) of the
+    data a result read. Readers compare data per (role, name): a run's training data is never compared with the
+    test problems an eval of it read, though both carry the task's name.
 
     A path hashes the file's bytes (``rows`` None; ``source`` defaults to the path); rows (dicts) hash as
     canonical JSON lines (``rows`` = their count). ``revision`` is the hub revision the data was pinned to, or
@@ -89,7 +103,8 @@ def dataset_entry(
         source = source if source is not None else str(path)
     else:
         digest, n_rows = rows_sha256(path_or_rows)
-    return {"name": name, "source": source, "revision": revision, "sha256": digest, "rows": n_rows}
+    entry = {"name": name, "source": source, "revision": revision, "sha256": digest, "rows": n_rows}
+    return {**entry, "role": role} if role else entry
 
 
 def file_sha256(path: str | os.PathLike) -> str:
@@ -134,7 +149,15 @@ def package_versions() -> dict[str, str | None]:
 
 def _git(args: list[str], cwd: Path) -> str | None:
     try:
-        r = subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=True, timeout=GIT_TIMEOUT_S, check=False)
+        r = subprocess.run(
+            ["git", *args],
+            cwd=cwd,
+            capture_output=True,
+            text=True,
+            errors="surrogateescape",  # a diff of non-UTF-8 bytes hashes as those bytes
+            timeout=GIT_TIMEOUT_S,
+            check=False,
+        )
     except (OSError, subprocess.SubprocessError):  # no git binary, timeout, unreadable cwd
         return None
     return r.stdout if r.returncode == 0 else None
@@ -148,15 +171,95 @@ def source_root() -> Path:
 def git_state(root: str | os.PathLike | None = None) -> tuple[str | None, bool | None]:
     """(commit, dirty) of the work tree whose top is ``root`` (default: the harness checkout); (None, None)
     when ``root`` is not the top of a git work tree or git is unavailable."""
+    state = code_state(root)
+    return state["git_commit"], state["git_dirty"]
+
+
+def code_state(root: str | os.PathLike | None = None) -> dict:
+    """``{git_commit, git_dirty, git_diff_sha256, untracked}`` of the checkout (see the module docstring); all
+    None when ``root`` is not the top of a git work tree or git is unavailable."""
+    none = dict.fromkeys(CODE_KEYS)
     root = Path(root) if root is not None else source_root()
     top = _git(["rev-parse", "--show-toplevel"], root)
     if top is None or Path(top.strip()).resolve() != root.resolve():
-        return None, None
+        return none
     commit = _git(["rev-parse", "HEAD"], root)
     if commit is None:  # a repository without commits
-        return None, None
+        return none
     status = _git(["status", "--porcelain", "--untracked-files=no"], root)
-    return commit.strip(), (None if status is None else bool(status.strip()))
+    listed = _git(["ls-files", "-z", "--others", "--exclude-standard", "--", *CODE_FOLDERS], root)
+    untracked = sorted(x for x in (listed or "").split("\0") if x)
+    if status is None or listed is None:
+        return {**none, "git_commit": commit.strip()}
+    dirty = bool(status.strip()) or bool(untracked)
+    digest = None
+    if dirty:
+        h = hashlib.sha256((_git(["diff", "HEAD", "--binary"], root) or "").encode("utf-8", "surrogateescape"))
+        for rel in untracked:
+            try:
+                h.update(b"\0" + rel.encode() + b"\0" + file_sha256(root / rel).encode())
+            except OSError:  # gone since listed, or unreadable: its name still counts
+                h.update(b"\0" + rel.encode() + b"\0?")
+        digest = h.hexdigest()
+    return {"git_commit": commit.strip(), "git_dirty": dirty, "git_diff_sha256": digest, "untracked": untracked}
+
+
+def _now() -> str:
+    return _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def read_stamp(run_dir: str | os.PathLike) -> dict | None:
+    """``RUN/provenance.json`` (the start stamp), None when absent or unreadable."""
+    try:
+        data = json.loads((Path(run_dir) / STAMP_FILE).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def stamp_run(run_dir: str | os.PathLike, run_id: str, config: Mapping, log=None) -> dict:
+    """Stamp the run at its start: write ``RUN/provenance.json`` (run id, resolved config, code state, time) when
+    absent or of another run; when present, keep it and, if the code differs from the stamp's, append the code
+    of this resume to its ``resumed_under`` (and say so through ``log``). Returns the stamp."""
+    from harness.io import atomic_write_json
+
+    now = code_state()
+    stamp = read_stamp(run_dir)
+    if stamp is None or stamp.get("run_id") != run_id:
+        stamp = {"run_id": run_id, "started": _now(), "code": now, "config": dict(config), "resumed_under": []}
+        atomic_write_json(Path(run_dir) / STAMP_FILE, stamp)
+        return stamp
+    started = stamp.get("code") or {}
+    if all(started.get(k) == now.get(k) for k in ("git_commit", "git_dirty", "git_diff_sha256")):
+        return stamp
+    stamp.setdefault("resumed_under", []).append({**now, "at": _now()})
+    atomic_write_json(Path(run_dir) / STAMP_FILE, stamp)
+    if log is not None:
+        log(
+            f"warning: resuming run {run_id} under other code than it started with ({_code_text(started)} at "
+            f"its start, {_code_text(now)} now); recorded in result.json provenance.resumed_under"
+        )
+    return stamp
+
+
+def _code_text(code: Mapping) -> str:
+    commit = code.get("git_commit")
+    if not commit:
+        return "no git checkout"
+    dirty = code.get("git_dirty")
+    return commit[:7] + (f"+dirty {str(code.get('git_diff_sha256'))[:8]}" if dirty else "")
+
+
+def for_run(run_dir: str | os.PathLike, datasets: Iterable[Mapping] = ()) -> dict:
+    """The provenance of a finished run: ``collect`` now (packages, data, hardware), with the code state of the
+    run's start stamp (``started``) and ``resumed_under`` (each resume under other code); without a stamp, the
+    code of now."""
+    stamp = read_stamp(run_dir)
+    prov = collect(datasets, None if stamp is None else stamp.get("code") or {})
+    if stamp is not None:
+        prov["started"] = stamp.get("started")
+        prov["resumed_under"] = list(stamp.get("resumed_under") or [])
+    return prov
 
 
 def cpu_model() -> str | None:

@@ -111,10 +111,21 @@ def check_eval_args(args) -> None:
         raise ValueError(f"--top-p {args.top_p}: allowed 0 < top_p <= 1")
     if args.temperature is not None and not (math.isfinite(args.temperature) and args.temperature >= 0):
         raise ValueError(f"--temperature {args.temperature}: must be >= 0 and finite (0 = greedy)")
-    if args.out:
-        from harness.io import check_output_dir
+    from harness.run.rundir import check_output_place
 
-        check_output_dir(args.out, "--out")
+    if args.out:
+        check_output_place(args.out, "--out")
+    elif args.model:  # the default output folder follows the same rule
+        check_output_place(default_out(args.model), "--out (default)")
+    if args.model:  # a missing model is named before the suites resolve (an exported run brings its own suite)
+        from harness.evals.engines import check_model_path, split_model_path
+
+        check_model_path(split_model_path(args.model)[0])
+
+
+def default_out(model: str) -> str:
+    """``evals_out/<model name>``: where ``harness eval`` writes without ``--out``."""
+    return os.path.join("evals_out", Path(model.rstrip("/")).name)
 
 
 def engine_kwargs(args, chat=None) -> dict:
@@ -172,7 +183,7 @@ def run(args) -> int:
         if sandbox is not None:
             sandbox.close()
         raise
-    out = args.out or os.path.join("evals_out", Path(args.model.rstrip("/")).name)
+    out = args.out or default_out(args.model)
     try:
         summary = evaluate(
             engine,
@@ -273,7 +284,7 @@ def _cmd_lm_eval(args) -> int:
         )
     finally:
         engine.close()
-    out = Path(args.out or os.path.join("evals_out", Path(args.model.rstrip("/")).name))
+    out = Path(args.out or default_out(args.model))
     out.mkdir(parents=True, exist_ok=True)
     info = {
         "model": args.model,

@@ -18,9 +18,13 @@ ORDER = 30
 def export_run(run_dir: str | os.PathLike, out: str | os.PathLike | None) -> Path:
     """Export the run at ``run_dir`` through its backend (a failed run is refused)."""
     from harness.backends import get_backend
-    from harness.run.config import load_stored_config
+    from harness.run.identity import load_stored_config
 
     run_dir = Path(run_dir)
+    if out is not None:
+        from harness.run.rundir import check_output_place
+
+        check_output_place(out, "--out")
     if not (run_dir / "config.yaml").is_file():
         raise FileNotFoundError(f"{run_dir}: not a run directory (no config.yaml)")
     cfg = load_stored_config(run_dir)

@@ -37,10 +37,12 @@ def register(sub) -> None:
 
 
 def run(args) -> int:
+    from harness.run.rundir import check_output_place
     from harness.studies.mechanism import write_mechanism
 
     if not Path(args.runs_dir).is_dir():
         raise FileNotFoundError(f"no such runs directory: {args.runs_dir}")
+    check_output_place(args.out, "--out")
     family = None if args.law_family is None else tuple(x.strip() for x in args.law_family.split(",") if x.strip())
     if family is not None and not family:
         raise ValueError("--law-family: give at least one method, e.g. grpo,rloo,prime")

@@ -27,12 +27,12 @@ def register(sub) -> None:
 
 
 def run(args) -> int:
-    from harness.io import check_output_dir
     from harness.results.plots import FIGURES, plot_all
     from harness.results.points import resolve_score_key
+    from harness.run.rundir import check_output_place
 
     formats = image_formats(args.formats)
-    check_output_dir(args.out, "--out")
+    check_output_place(args.out, "--out")
     if args.only:
         unknown = [o for o in args.only if o not in FIGURES]
         if unknown:

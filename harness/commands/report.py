@@ -24,14 +24,12 @@ def register(sub) -> None:
 
 
 def run(args) -> int:
-    from harness.io import check_output_dir
     from harness.results.report import write_sweep_report
-    from harness.run.rundir import check_placement
+    from harness.run.rundir import check_output_place
 
     if not Path(args.runs_dir).is_dir():
         raise FileNotFoundError(f"no such runs directory: {args.runs_dir}")
-    check_output_dir(args.out, "--out")
-    check_placement(args.out, "report")
+    check_output_place(args.out, "--out")
     collect_runs([args.runs_dir])  # the files it cannot read are named here (the report keeps them in its notes)
     for p in write_sweep_report(args.runs_dir, args.out, args.score_key, image_formats(args.formats), args.reference):
         print(p)

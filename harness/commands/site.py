@@ -18,7 +18,9 @@ def register(sub) -> None:
         "(leaderboard.csv from harness report). Open DIR/index.html in a browser; no server needed.",
     )
     p.add_argument("paths", nargs="+", metavar="RUNS_OR_RESULTS", help="runs folders or results folders")
-    p.add_argument("--out", required=True, help="folder for the site (replaced if it holds a site made by this)")
+    p.add_argument(
+        "--out", required=True, help="folder for the site: new, empty, or a site made by this (only its files replaced)"
+    )
     p.add_argument("--serve", action="store_true", help="after building, serve it on localhost (http.server)")
     p.add_argument("--port", type=int, default=8000, help="port for --serve (default 8000; 0 = any free port)")
     p.add_argument("--baseline", default=None, help="method the Δ columns compare with (default: grpo if present)")
@@ -37,12 +39,14 @@ def register(sub) -> None:
 
 
 def run(args) -> int:
+    from harness.run.rundir import check_output_place
     from harness.site import build_site, serve
 
     if args.max_samples is not None and args.max_samples < 1:
         raise ValueError(f"--max-samples {args.max_samples}: give a positive number of rows")
     if not 0 <= args.port <= 65535:
         raise ValueError(f"--port {args.port}: give 0..65535")
+    check_output_place(args.out, "--out")
     command = "harness site " + " ".join(shlex.quote(p) for p in args.paths) + f" --out {shlex.quote(args.out)}"
     out = build_site(
         args.paths,

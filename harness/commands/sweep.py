@@ -16,6 +16,7 @@ import yaml
 from harness.commands._common import print_resubmit_hint
 from harness.io import atomic_write_text
 from harness.sweeps import cells as C
+from harness.sweeps import index
 from harness.sweeps.expand import Cell, expand
 from harness.sweeps.resources import (
     EXECUTORS,
@@ -81,10 +82,15 @@ def run(args: argparse.Namespace) -> int:
     check_placement(runs_dir, "sweep")  # never inside a run or another sweep, never around stray runs
     check_owner(runs_dir, spec.name)  # never into another sweep's runs directory
     if args.results_dir:  # refused now, not after the sweep ran
-        from harness.io import check_output_dir
+        from harness.run.rundir import check_output_place
 
-        check_output_dir(args.results_dir, "--results-dir")
-        check_placement(args.results_dir, "report")
+        check_output_place(args.results_dir, "--results-dir")
+        res, own = Path(args.results_dir).absolute(), Path(runs_dir).absolute()
+        if res == own or own in res.parents:  # this sweep's runs directory, not made yet
+            raise ValueError(
+                f"--results-dir {args.results_dir}: it would be inside this sweep's runs directory {runs_dir}; "
+                "write it outside run and sweep directories"
+            )
     cells = staged(spec, cells, args.executor, args.online, args.dry_run)
     if args.dry_run:
         print_plan(spec, cells, runs_dir, args.executor)
@@ -151,6 +157,9 @@ def _submit(
                 C.check_cell_dir(c, runs_dir)
             except ValueError as e:
                 print(f"warning: {e}", file=sys.stderr)
+    problem = index.record(args.spec, runs_dir)  # `harness status SPEC` finds this runs directory
+    if problem:
+        print(f"warning: not recorded where {args.spec} was submitted ({problem})", file=sys.stderr)
     for reason, names in skipped.items():
         if names:
             print(f"skip {len(names)} {reason}: {', '.join(names[:6])}{' ...' if len(names) > 6 else ''}")

@@ -67,9 +67,9 @@ def run(args) -> int:
             "give run directories, --reference paper to print the paper's Table 2, or --import-lm-eval FILE"
         )
     if args.out:
-        from harness.io import check_output_file
+        from harness.run.rundir import check_output_place
 
-        check_output_file(args.out, "--out")
+        check_output_place(args.out, "--out", "file")
     col = collect_runs(args.runs) if args.runs else None
     lb = build_leaderboard(
         col,

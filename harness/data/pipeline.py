@@ -83,7 +83,9 @@ def prepare(
     jsonl_path, manifest_path = output_paths(out_dir, name)
 
     rows, described = _read(src, source, revision)
-    log(f"{name}: read {len(rows)} rows from {described['source'].get('path') or src.hub_id}")
+    where = described["source"].get("path") or src.hub_id
+    log(f"{name}: read {len(rows)} rows from {where}")
+    _check_columns(src, rows, where)
     tally = _Tally()
     entries = _unique_problems(src, rows, tally)
     out_rows, checked_rows = _gradable_rows(entries, template_text, workers, tally)
@@ -122,6 +124,21 @@ def prepare(
     }
     log(f"{name}: kept {len(out_rows)} of {len(rows)} rows; dropped: {_counts_text(tally.dropped) or 'none'}")
     return _write_prepared(name, jsonl_path, manifest_path, text, manifest, same_rows, log)
+
+
+def _check_columns(src: Source, rows: list, where: str) -> None:
+    """Refuse a source with no rows, or whose rows lack a column of the hub schema (a file in another schema would
+    otherwise lose every row to a misleading reason, such as not_math)."""
+    if not rows:
+        raise ValueError(f"{src.name}: {where}: no rows; nothing written")
+    found = sorted({k for r in rows if isinstance(r, dict) for k in r})
+    missing = [f for f in src.fields if f not in found]
+    if missing:
+        shown = ", ".join(found[:12]) + (" ..." if len(found) > 12 else "")
+        raise ValueError(
+            f"{src.name}: {where}: no row has the column(s) {', '.join(missing)} (found: {shown or 'none'}); "
+            f"{src.name} reads the {src.hub_id} schema ({', '.join(src.fields)}); nothing written"
+        )
 
 
 class _Tally:

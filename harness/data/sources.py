@@ -60,6 +60,7 @@ class Source:
     extract: Callable[[dict], Extracted]
     description: str
     removed_text: dict = field(default_factory=dict)  # part name -> the exact text prepare takes off
+    fields: tuple[str, ...] = ("prompt", "reward_model", "ability")  # the hub schema's columns ``extract`` reads
 
     @property
     def sample(self) -> Path:

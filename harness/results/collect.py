@@ -33,12 +33,14 @@ import pandas as pd
 import yaml
 
 from harness.io import jsonl_lines
+from harness.provenance import STAMP_FILE
 from harness.run.config import WRITTEN_ORDER, missing_sections
 from harness.run.metrics import COMPLETED, FAILED, FINISHED, INSUFFICIENT_UPDATES, STEP
 from harness.run.records import task_label
 
 RUN_MARKERS = ("result.json", "metrics.jsonl", "config.yaml", "results.json")
 EVAL_ONLY = "results.json"  # `harness eval --out DIR` writes DIR/results.json: a model scored without training
+EXPORT_EVAL = "eval of its export"  # the eval rows source of a run's export eval joined into the run
 PROTOCOL_KEYS = ("n_problems", "n_samples", "temperature", "top_p", "max_tokens")
 _STEP_FILE = re.compile(r"^step_(\d+)\.json$")
 
@@ -166,16 +168,7 @@ def _read_config(path: Path) -> dict:
             stacklevel=2,
         )
         return {}
-    if not isinstance(obj, dict):
-        return {}
-    gap = missing_sections(obj)
-    if gap and list(obj) == WRITTEN_ORDER[: len(obj)]:  # the head of a file in the harness's order: cut short
-        warnings.warn(
-            f"{path}: no {', '.join(gap)} section (the file was cut short); its other settings are used",
-            CorruptMetricsWarning,
-            stacklevel=2,
-        )
-    return obj
+    return obj if isinstance(obj, dict) else {}
 
 
 def _name(v) -> str | None:
@@ -215,14 +208,16 @@ def _eval_only_result(run_dir: Path) -> dict | None:
     return out
 
 
-def run_provenance(result: dict | None) -> dict:
-    """``git_commit``, ``git_dirty`` and ``datasets`` (JSON {name: sha256}) of a result's ``provenance``; all None
-    for a result written before provenance was recorded (harness/provenance.py)."""
+def run_provenance(result: dict | None, role: str = "train") -> dict:
+    """``git_commit``, ``git_dirty`` and ``datasets`` (JSON {key: sha256}) of a result's ``provenance``; all None
+    for a result written before provenance was recorded (harness/provenance.py). Data are keyed by role and name:
+    a training set by its name, an eval's problems as ``eval:<name>`` (``role``: of entries that record none, as
+    results written before roles: ``train`` in a run's result.json, ``eval`` in harness eval's results.json)."""
     prov = (result or {}).get("provenance")
     if not isinstance(prov, dict):
         return {"git_commit": None, "git_dirty": None, "datasets": None}
     data = {
-        d["name"]: d["sha256"]
+        dataset_key(d, role): d["sha256"]
         for d in prov.get("datasets") or []
         if isinstance(d, dict) and isinstance(d.get("name"), str) and isinstance(d.get("sha256"), str)
     }
@@ -234,10 +229,19 @@ def run_provenance(result: dict | None) -> dict:
     }
 
 
+def dataset_key(entry: dict, role: str = "train") -> str:
+    """``name`` for training data, ``<role>:<name>`` for any other role: data are compared per (role, name)."""
+    role = entry.get("role") if isinstance(entry.get("role"), str) else role
+    return entry["name"] if role == "train" else f"{role}:{entry['name']}"
+
+
 def _run_info(run_dir: Path) -> dict:
     result = _read_json(run_dir / "result.json") if (run_dir / "result.json").exists() else None
+    role = "train" if result is not None else "eval"  # the data an eval-only results.json names: its problems
     result = result or _eval_only_result(run_dir)
     cfg = _read_config(run_dir / "config.yaml") if (run_dir / "config.yaml").exists() else {}
+    if cfg:
+        cfg = _trusted_config(run_dir, cfg, stamped=result is not None and (run_dir / STAMP_FILE).is_file())
     src = result or {}
     method_cfg = src.get("method_config")
     settings = {f"method.{k}": v for k, v in (method_cfg or {}).items()}
@@ -262,9 +266,37 @@ def _run_info(run_dir: Path) -> dict:
         "seed": src.get("seed", cfg.get("seed")),
         "steps": src.get("steps"),
         "wall_time_s": src.get("wall_time_s"),
-        **run_provenance(result),
+        **run_provenance(result, role),
+        "attached_to": src.get("attached_to"),
         "_result": result,
     }
+
+
+def _trusted_config(run_dir: Path, cfg: dict, stamped: bool) -> dict:
+    """``cfg`` (the run's config.yaml), or {} with a warning when it is not the config of the run its start stamp
+    and result.json record (edited or cut after training): the run's settings then come from result.json alone.
+    A run without a stamp cannot be checked: a file cut short in the harness's order is named, its rest used."""
+    from harness.run.identity import config_drift
+
+    if not stamped:
+        gap = missing_sections(cfg)
+        if gap and list(cfg) == WRITTEN_ORDER[: len(cfg)]:  # the head of a file in the harness's order: cut short
+            warnings.warn(
+                f"{run_dir / 'config.yaml'}: no {', '.join(gap)} section (the file was cut short); its other "
+                "settings are used",
+                CorruptMetricsWarning,
+                stacklevel=3,
+            )
+        return cfg
+    drift = config_drift(run_dir, cfg)
+    if drift is None:
+        return cfg
+    warnings.warn(
+        f"{run_dir}: {drift[1]}; its settings are read from result.json, not config.yaml",
+        CorruptMetricsWarning,
+        stacklevel=3,
+    )
+    return {}
 
 
 def _detail(run_dir: Path, result: dict | None) -> str:
@@ -418,9 +450,12 @@ def collect(paths: Iterable[str | Path]) -> Collection:
     by_id: dict[str, str] = {}  # run id -> the run_dir of the copy kept
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
+        attached: dict[str, str] = {}  # eval dir -> the run id whose export it scored
         for d in run_dirs:
             info = _run_info(d)
             result = info.pop("_result")
+            if info.pop("attached_to", None):
+                attached[str(d)] = str(result["attached_to"])
             rid = info.get("run_id")
             if isinstance(rid, str) and rid and rid in by_id:  # one run in two directories (a copy, a rerun)
                 other = by_id[rid]
@@ -447,6 +482,7 @@ def collect(paths: Iterable[str | Path]) -> Collection:
                     r["run_dir"] = str(d)
                     metric_rows.append(r)
             kept[str(d)] = (info, metric_rows, _eval_rows(d, result))
+        _join_export_evals(kept, attached, by_id)
     infos = [v[0] for v in kept.values()]
     metric_rows = [r for v in kept.values() for r in v[1]]
     eval_rows = [r for v in kept.values() for r in v[2]]
@@ -485,13 +521,40 @@ def collect(paths: Iterable[str | Path]) -> Collection:
     return Collection(runs=runs, metrics=metrics, evals=evals, warnings=messages)
 
 
+def _join_export_evals(kept: dict, attached: dict[str, str], by_id: dict[str, str]) -> None:
+    """A ``harness eval`` of a run's export read together with that (finished) run is the run's, not a second
+    seed: its suites join the run's final eval (a suite scored in both keeps the export eval's score, as the
+    after-training stage does), its data join the run's provenance (role ``eval``), and the eval directory is no
+    row of its own; a warning says so."""
+    for d, rid in attached.items():
+        target = by_id.get(rid)
+        if d not in kept or target not in kept or kept[target][0]["status"] not in FINISHED:
+            continue
+        info, _, rows = kept.pop(d)
+        tinfo, _, trows = kept[target]
+        suites = sorted({r["suite"] for r in rows})
+        trows[:] = [r for r in trows if not (r["source"] == "result.json" and r["suite"] in suites)]
+        trows += [{**r, "run_dir": target, "source": f"{EXPORT_EVAL}: {d}"} for r in rows]
+        if isinstance(info["datasets"], str):
+            data = {**json.loads(tinfo["datasets"] or "{}"), **json.loads(info["datasets"])}
+            tinfo["datasets"] = json.dumps(data, sort_keys=True)
+        warnings.warn(
+            f"{d}: harness eval of the export of run {rid}, read with the run itself ({target}): one run, counted "
+            f"once; its {', '.join(suites)} score{'s' if len(suites) > 1 else ''} from this eval "
+            "(the final policy's)",
+            CorruptMetricsWarning,
+            stacklevel=2,
+        )
+
+
 def final_evals(col: Collection) -> pd.DataFrame:
-    """The leaderboard's input: each finished run's final eval (the one in result.json, else its last step);
-    ``insufficient_updates`` runs are included (tables flag them and never rank them)."""
+    """The leaderboard's input: each finished run's final eval (the one in result.json, with the suites of an
+    eval of its export read with it, else its last step); ``insufficient_updates`` runs are included (tables flag
+    them and never rank them)."""
     ev = col.evals[col.evals["status"].isin(FINISHED)]
     if ev.empty:
         return ev
-    from_result = ev[ev["source"] == "result.json"]
+    from_result = ev[(ev["source"] == "result.json") | ev["source"].str.startswith(EXPORT_EVAL)]
     rest = ev[~ev["run_dir"].isin(from_result["run_dir"])]
     if not rest.empty:
         last = rest.groupby("run_dir")["step"].transform("max")

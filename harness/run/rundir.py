@@ -10,11 +10,14 @@ host matches and the pid's start time matches the recorded one (a reused pid is 
 from __future__ import annotations
 
 import fcntl
+import fnmatch
 import json
 import os
 import socket
 import time
 from pathlib import Path
+
+from harness.provenance import STAMP_FILE
 
 LOCK_FILE = ".run.lock"
 # Placement looks for files the harness itself made, never for one file name a user may also use (a spec called
@@ -23,6 +26,20 @@ SWEEP_MARKERS = (".submit.lock",)  # a sweep's runs directory: made by its first
 RUN_MARKERS = ("result.json", "metrics.jsonl", "train.log", LOCK_FILE)  # with config.yaml: a run directory
 CELL_FILE = "cell.json"  # a sweep's cell (harness.sweeps.cells)
 REPORT_MARKERS = ("leaderboard.md",)
+RUN_FILES = (
+    "config.yaml",
+    STAMP_FILE,
+    "metrics.jsonl",
+    "eval",
+    "checkpoints",
+    "result.json",
+    "train.log",
+    "tensorboard",
+    "wandb",
+)  # and the files each backend declares (``Backend.run_files``: its own logs)
+# what else a run directory may hold: its lock and cell file, result.json files kept aside, replaced runs, the
+# after-training stage's export and the trackers' record (harness.run.tracking)
+RUN_LEFTOVERS = (LOCK_FILE, CELL_FILE, "result.*.json", "replaced", "export", "trackers.jsonl")
 
 
 class RunDirBusy(ValueError):
@@ -187,9 +204,23 @@ def _children_runs(d: Path, depth: int = 2) -> list[Path]:
     return out
 
 
+def foreign_entries(d: Path) -> list[str]:
+    """Names in ``d`` that no run writes (``RUN_FILES``, the backends' files, ``RUN_LEFTOVERS``): a folder holding
+    any is not a run directory (the project root, a home or source folder)."""
+    from harness.backends import run_file_patterns
+
+    patterns = (*RUN_FILES, *RUN_LEFTOVERS, *run_file_patterns())
+    try:
+        names = sorted(e.name for e in d.iterdir())
+    except OSError:
+        return []
+    return [n for n in names if not any(fnmatch.fnmatchcase(n, p) for p in patterns)]
+
+
 def check_placement(path: str | os.PathLike, kind: str) -> None:
     """Refuse ``path`` as a ``kind`` ('run', 'cell', 'sweep' or 'report') directory when it is inside a run or
-    a sweep's runs directory (a cell may sit in its sweep's), or holds runs itself; raise NestingError."""
+    a sweep's runs directory (a cell may sit in its sweep's), or holds runs itself, or (a run) holds files no run
+    writes; a report directory may be neither a run nor a sweep's runs directory. Raise NestingError."""
     path = Path(path).absolute()
     names = {
         "run": "run directory",
@@ -198,13 +229,15 @@ def check_placement(path: str | os.PathLike, kind: str) -> None:
         "report": "report directory",
     }
     what = names[kind]
+    if kind == "report":
+        return _check_report_place(path, str(path))
     here = kind_of(path) if path.is_dir() else None
     if kind in ("run", "cell") and here == "sweep":
         raise NestingError(
             f"{path} is a sweep's runs directory; a {what} inside it would hide the sweep's cells "
             f"(use a directory outside it)"
         )
-    if kind in ("sweep", "report") and here == "run":
+    if kind == "sweep" and here == "run":
         raise NestingError(f"{path} is a run directory; use a {what} outside it")
     for i, parent in enumerate(path.parents):
         pk = kind_of(parent)
@@ -223,6 +256,13 @@ def check_placement(path: str | os.PathLike, kind: str) -> None:
                 f"{path} holds other runs ({inner[0]}{' ...' if len(inner) > 1 else ''}); a run "
                 f"directory must not contain runs"
             )
+        foreign = foreign_entries(path) if path.is_dir() else []
+        if foreign:
+            shown = ", ".join(foreign[:5]) + (f", ... ({len(foreign)} entries)" if len(foreign) > 5 else "")
+            raise NestingError(
+                f"{path} holds files that are not a run's ({shown}); a run directory is written by the trainer: "
+                f"give a new or empty folder"
+            )
     if kind == "sweep":
         strays = [c for c in _children_runs(path, 1) if kind_of(c) == "run" and not (c / "cell.json").is_file()]
         if strays:
@@ -230,3 +270,29 @@ def check_placement(path: str | os.PathLike, kind: str) -> None:
                 f"{path} holds a run that is not one of its cells ({strays[0]}: run files, no {CELL_FILE} file); "
                 f"move it out first"
             )
+
+
+def check_output_place(path: str | os.PathLike, flag: str, what: str = "folder") -> Path:
+    """The one rule for every command's output (report, table, plot, mechanism, eval, site, export and sweep
+    --results-dir): ``path`` (a ``what`` = 'folder' or 'file') must be writable (harness.io) and neither be nor lie
+    inside a run directory or a sweep's runs directory, whose readers would take it for run files."""
+    from harness.io import check_output_dir, check_output_file
+
+    path = Path(path)
+    (check_output_file if what == "file" else check_output_dir)(path, flag)
+    folder = path.parent if what == "file" else path
+    _check_report_place(folder.absolute(), f"{flag} {path}" if flag else str(path), what)
+    return path
+
+
+def _check_report_place(folder: Path, label: str, what: str = "folder") -> None:
+    for d in (folder, *folder.parents):
+        k = kind_of(d) if d.is_dir() else None
+        if k not in ("run", "sweep"):
+            continue
+        name = "run directory" if k == "run" else "sweep runs directory"
+        where = f"{d} is a {name}" if d == folder and what == "folder" else f"it would be inside the {name} {d}"
+        raise NestingError(
+            f"{label}: {where}; its readers would take the output for run files: write it outside run and sweep "
+            f"directories"
+        )

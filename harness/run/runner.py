@@ -40,19 +40,11 @@ from harness.io import (
     yaml_problem,
 )
 from harness.run.config import RunConfig, diff_configs, load_config, missing_sections, run_id_of
+from harness.run.identity import config_drift
 from harness.run.metrics import COMPLETED, FAILED, FINISHED, INSUFFICIENT_UPDATES, STEP, UPDATE_SKIPPED, summary_line
 from harness.run.records import SCHEMA_VERSION, RunResult, result_payload, task_label  # noqa: F401  (SCHEMA_VERSION re-exported)
+from harness.run.rundir import RUN_FILES  # (its list of a run's files)
 
-RUN_FILES = (
-    "config.yaml",
-    "metrics.jsonl",
-    "eval",
-    "checkpoints",
-    "result.json",
-    "train.log",
-    "tensorboard",
-    "wandb",
-)  # and the files each backend declares (``Backend.run_files``: its own logs)
 MIN_UPDATE_FRACTION = 0.5
 
 
@@ -149,6 +141,14 @@ def check_run_dir(cfg: RunConfig, run_dir: Path, force: bool = False, backend=No
                     f"--force to move its files to {run_dir}/replaced/"
                 ) from None
             return RunDirPlan("train", archive="unreadable-config")
+        drift = config_drift(run_dir, old)  # config.yaml edited after the run started: not what the files hold
+        if drift is not None:
+            if not force:
+                raise ValueError(
+                    f"run directory {run_dir}: {drift[1]}. Restore its config.yaml, use another --run-dir, or "
+                    f"--force to move the old run to {run_dir}/replaced/"
+                )
+            return RunDirPlan("train", archive=drift[0])
         old_id = run_id_of(old)
         if old_id != new_id:
             old_id = _run_id_of_file(old)
@@ -212,6 +212,7 @@ def apply_plan(plan: RunDirPlan, cfg: RunConfig, run_dir: Path, log=print) -> No
             f"bytes, every complete line kept"
         )
     atomic_write_text(run_dir / "config.yaml", cfg.to_yaml())
+    provenance.stamp_run(run_dir, cfg.run_id(), cfg.to_dict(), log)  # kept through resumes; another code is noted
 
 
 def prepare_run_dir(cfg: RunConfig, run_dir: Path, force: bool = False, log=print, backend=None) -> str:
@@ -245,9 +246,9 @@ def task_datasets(cfg: RunConfig) -> list[dict]:
     options, test size: the generator is deterministic, and the code is the provenance's git commit)."""
     path = Path(cfg.task.name)
     if path.is_file():
-        return [provenance.dataset_entry(task_label(cfg.task.name), path)]
+        return [provenance.dataset_entry(task_label(cfg.task.name), path, role="train")]
     spec = {"task": cfg.task.name, "options": cfg.task.options, "test_size": cfg.task.test_size}
-    return [provenance.dataset_entry(cfg.task.name, [spec], source="generated")]
+    return [provenance.dataset_entry(cfg.task.name, [spec], source="generated", role="train")]
 
 
 def run(config, run_dir: str | os.PathLike, force: bool = False, quiet: bool = False) -> dict:
@@ -300,7 +301,7 @@ def finish(cfg: RunConfig, run_dir: Path, backend, outcome, log, started: float)
     if error is not None:
         _record_failure(cfg, run_dir, error, log, payload)
         raise error
-    fields["provenance"] = provenance.collect(datasets=fields.pop("datasets", None) or task_datasets(cfg))
+    fields["provenance"] = provenance.for_run(run_dir, fields.pop("datasets", None) or task_datasets(cfg))
     fields["updates"] = updates = count_updates(run_dir, cfg.train.steps)
     result = payload(finished_status(updates), fields)
     write_result(run_dir, result)

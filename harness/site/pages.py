@@ -410,10 +410,10 @@ def sweep_body(
             )
     if figures:
         parts.append(
-            "<h2>Figures</h2><p>Downscaled copies; click one for the original in the results folder.</p>"
+            "<h2>Figures</h2><p>Downscaled copies of the results folder's figures; click one to open it.</p>"
             "<div class='figures'>"
             + "".join(
-                f'<figure><a href="{esc(orig)}" title="the original, full size"><img src="{esc(src)}" '
+                f'<figure><a href="{esc(orig)}" title="open the figure"><img src="{esc(src)}" '
                 f'alt="{esc(name)}" loading="lazy"></a><figcaption>{esc(name)}</figcaption></figure>'
                 for name, src, orig in figures
             )

@@ -188,7 +188,7 @@ def _runs_sweep(p: Path, slug: str, baseline, allow_mixed, max_samples) -> Sweep
             slug=_unique(slugify(d.name), taken),
             run_dir=d,
             ident=r,
-            config_text=_read_text(d / "config.yaml"),
+            config_text=_config_text(d),
             result=_read_json(d / "result.json") or _read_json(d / "results.json"),
             metrics=col.metrics[col.metrics["run_dir"] == r["run_dir"]].sort_values("step"),
             evals=col.evals[col.evals["run_dir"] == r["run_dir"]],
@@ -403,6 +403,25 @@ def read_samples(path: Path, max_samples: int = MAX_SAMPLES) -> SampleSet:
 
 
 # ------------------------------------------------------------------ small readers
+
+
+def _config_text(run_dir: Path) -> str:
+    """The run's config.yaml, headed by a warning when it is not the config of the run it holds (edited after
+    training: harness.run.identity)."""
+    import yaml
+
+    from harness.io import load_yaml
+    from harness.provenance import STAMP_FILE
+    from harness.run.identity import config_drift
+
+    text = _read_text(run_dir / "config.yaml")
+    try:
+        cfg = load_yaml(text)
+    except (ValueError, yaml.YAMLError):
+        return text
+    stamped = (run_dir / STAMP_FILE).is_file()  # a run stamped at its start (as harness.results.collect)
+    drift = config_drift(run_dir, cfg) if stamped and isinstance(cfg, dict) and cfg else None
+    return text if drift is None else f"# WARNING: {drift[1]}\n{text}"
 
 
 def _read_text(path: Path) -> str:

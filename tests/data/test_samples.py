@@ -48,8 +48,8 @@ def test_the_raw_dapo_prompt_file():
 
 def test_the_samples_are_package_data():
     cfg = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
-    assert "harness.data" in cfg["packages"]
-    globs = cfg["package-data"]["harness.data"]
-    files = sorted(p.relative_to(SAMPLES_DIR.parent).as_posix() for p in SAMPLES_DIR.iterdir())
+    assert "harness.data.samples" in cfg["packages"]  # a data package of its own (setuptools warns otherwise)
+    globs = cfg["package-data"]["harness.data.samples"]
+    files = sorted(p.relative_to(SAMPLES_DIR).as_posix() for p in SAMPLES_DIR.iterdir())
     assert len(files) == 3
     assert all(any(fnmatch.fnmatch(f, g) for g in globs) for f in files), (files, globs)

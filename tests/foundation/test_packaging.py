@@ -2,7 +2,6 @@
 package list in pyproject.toml names every package folder, so a new sub-package cannot be left out of the wheel."""
 
 import os
-import shutil
 import subprocess
 import sys
 import zipfile
@@ -10,6 +9,8 @@ from pathlib import Path
 
 import pytest
 import tomllib
+
+from tests.helpers.wheel import build_wheel
 
 ROOT = Path(__file__).resolve().parents[2]
 MAPPED = {"methods": "harness.methods", "baselines": "harness.baselines", "evals": "harness.evals"}
@@ -25,12 +26,14 @@ def _package_name(folder: Path) -> str:
 
 
 def test_the_package_list_names_every_package_folder_and_maps_the_three_top_folders_into_harness():
+    """Every folder holding files is a listed package: the code packages and the data folders (samples, assets,
+    fixtures, lm-eval tasks), for which setuptools otherwise prints a "Package would be ignored" warning each."""
     cfg = _setuptools_config()
     on_disk = {
-        _package_name(init.parent)
+        _package_name(f.parent)
         for top in ["harness", *MAPPED]
-        for init in (ROOT / top).rglob("__init__.py")
-        if "__pycache__" not in init.parts
+        for f in (ROOT / top).rglob("*")
+        if f.is_file() and "__pycache__" not in f.parts and not f.name.startswith(".")
     }
     assert set(cfg["packages"]) == on_disk
     assert cfg["package-dir"] == {v: k for k, v in MAPPED.items()}
@@ -55,31 +58,8 @@ def test_the_three_folders_import_under_harness_only(tmp_path):
 
 def test_the_wheel_holds_one_top_level_package_with_the_mapped_folders_and_their_data(tmp_path):
     pytest.importorskip("setuptools")
-    src = tmp_path / "src"  # build from a copy: setuptools writes build/ and *.egg-info into the source tree
-    for name in ("pyproject.toml", "README.md"):
-        (src / name).parent.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(ROOT / name, src / name)
-    for name in ("harness", *MAPPED):
-        shutil.copytree(ROOT / name, src / name, ignore=shutil.ignore_patterns("__pycache__"))
-    out = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "pip",
-            "wheel",
-            "-q",
-            "--no-deps",
-            "--no-build-isolation",
-            "-w",
-            str(tmp_path),
-            str(src),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert out.returncode == 0, out.stderr[-2000:]
-    (wheel,) = tmp_path.glob("*.whl")
+    out, wheel = build_wheel(tmp_path)
+    assert wheel is not None, out.stderr[-2000:]
     names = zipfile.ZipFile(wheel).namelist()
     assert {n.split("/")[0] for n in names if ".dist-info/" not in n} == {"harness"}
     for path in (

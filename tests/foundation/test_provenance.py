@@ -70,7 +70,16 @@ def test_git_state_outside_a_checkout_is_none(repo, tmp_path, monkeypatch):
 def test_collect_shape_packages_and_time():
     before = dt.datetime.now(dt.timezone.utc).replace(microsecond=0)
     p = provenance.collect()
-    assert set(p) == {"git_commit", "git_dirty", "packages", "datasets", "hardware", "created"}
+    assert set(p) == {
+        "git_commit",
+        "git_dirty",
+        "git_diff_sha256",
+        "untracked",
+        "packages",
+        "datasets",
+        "hardware",
+        "created",
+    }
     assert set(p["packages"]) == {"torch", "transformers", "vllm", "openrlhf", "lm-eval", "math-verify", "harness"}
     for key, dist in {
         "torch": "torch",

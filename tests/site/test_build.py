@@ -228,8 +228,8 @@ def test_the_committed_example_site_is_what_the_builder_writes(tmp_path, monkeyp
     """results/site is a build product: every page and asset (site.js and site.css are the builder's copies of
     harness/site/assets) is byte for byte what `harness site` writes from the committed results; a hand edit, or a
     changed asset or results folder without a rebuild, fails here. It is rebuilt from copies of the results
-    folders laid out as in the repository (its figure links are relative); the downscaled PNG figures are compared
-    by name (Pillow's encoder may differ between versions)."""
+    folders laid out as in the repository; the downscaled PNG figures are compared by name (Pillow's encoder may
+    differ between versions)."""
     for src in SITE_SOURCES:
         shutil.copytree(ROOT / src, tmp_path / src)
     monkeypatch.chdir(tmp_path)
@@ -256,10 +256,26 @@ def test_out_folder_rules(runs_folder, tmp_path):
         build_site([runs_folder], other)
     assert (other / "keep.txt").read_text() == "mine"
     out = build_site([runs_folder], tmp_path / "site")
-    (out / "stale.html").write_text("old")
-    build_site([runs_folder], out)  # a site is replaced whole
-    assert not (out / "stale.html").exists() and (out / "index.html").is_file()
+    own = json.loads((out / ".harness-site").read_text())["files"]
+    assert own == sorted(str(p.relative_to(out)) for p in out.rglob("*") if p.is_file() and p.name != ".harness-site")
+    (out / "stale.html").write_text("mine")  # a file the user added: a rebuild replaces only its own files
+    (out / "sweep_runs" / "notes").mkdir()
+    (out / "sweep_runs" / "notes" / "n.txt").write_text("mine")
+    (out / "sweep_runs" / "index.html").write_text("edited")  # its own file: replaced
+    build_site([runs_folder], out)
+    assert (out / "stale.html").read_text() == "mine" and (out / "sweep_runs" / "notes" / "n.txt").read_text() == "mine"
+    assert (out / "sweep_runs" / "index.html").read_text() != "edited" and (out / "index.html").is_file()
+    assert json.loads((out / ".harness-site").read_text())["files"] == own
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".site.")]  # no temporary folder left
+    (out / "stale.html").unlink()
+    (out / "sweep_runs" / "runs").rename(tmp_path / "moved")  # in the way of the site's run pages: a user's file
+    (out / "sweep_runs" / "runs").write_text("mine")
+    with pytest.raises(ValueError, match="runs was not written by harness site and the new site writes"):
+        build_site([runs_folder], out)
+    assert (out / "sweep_runs" / "runs").read_text() == "mine"
+    (out / ".harness-site").write_text("written by harness site; this folder is replaced when the site is rebuilt\n")
+    with pytest.raises(ValueError, match="lists no files"):  # an older site: its files cannot be told from yours
+        build_site([runs_folder], out)
     afile = tmp_path / "file"
     afile.write_text("x")
     with pytest.raises(ValueError, match="is a file"):
