@@ -100,7 +100,8 @@ def test_divergence_gates_drop_the_token_whose_probabilities_differ(gating):
     assert kl == pytest.approx(0.020411, abs=1e-6)
     loose = harness.get_method("grpo", rollout_correction={"level": "token", "gating": gating, "high": 0.2})
     lp2 = old.clone().requires_grad_(True)
-    kept = loose.policy_loss(lp2, old, torch.ones(1, 2, dtype=torch.float64), torch.ones(1, 2), rollout_log_probs=rollout)
+    ones = torch.ones(1, 2, dtype=torch.float64)
+    kept = loose.policy_loss(lp2, old, ones, torch.ones(1, 2), rollout_log_probs=rollout)
     # kept with its own ratio 0.6 / 0.5 = 1.2: (-1.2 - 1) / 2
     assert kept.loss.item() == pytest.approx(-(1.2 + 1) / 2, rel=EPS)
 
@@ -173,9 +174,7 @@ def test_rollout_log_probs_equal_to_the_old_ones_change_nothing(name, rc):
         lp = (old + lr).requires_grad_(True)
         e = ent.clone().requires_grad_(True)
         kw = {"rollout_log_probs": rollout} if rollout is not None else {}
-        out = m.policy_loss(
-            lp, old, adv, mask, entropy=e, generator=torch.Generator().manual_seed(2), **kw
-        )
+        out = m.policy_loss(lp, old, adv, mask, entropy=e, generator=torch.Generator().manual_seed(2), **kw)
         out.loss.backward()
         results.append((out.loss.detach(), lp.grad.clone(), out.metrics))
     (l0, g0, m0), (l1, g1, m1), (l2, g2, _) = results
