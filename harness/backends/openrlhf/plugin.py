@@ -1,7 +1,8 @@
 """The in-place patches that run the harness method inside OpenRLHF 0.11.2 (applied by ``hook.py``).
 
 * ``ppo_actor.PolicyLoss`` -> ``HarnessPolicyLoss``: the method's ``policy_loss`` (entropy bonus included)
-  rescaled to OpenRLHF's global normalisers, so DP and gradient accumulation scale exactly as upstream.
+  rescaled to OpenRLHF's global normalisers, so DP and gradient accumulation scale exactly as upstream; vLLM's
+  ``rollout_log_probs`` go to it for the method's ``rollout_correction`` (upstream's vllm_kl / is_filter_ratio back).
 * ``ActorPPOTrainer.training_step``: hands the loss its experience (for metrics), the entropy of the training
   forward and, for a method that ``needs_global_plan``, its slice of the mini-batch selection plan.
 * ``ppo_actor.iter_grad_accum_global_norm``: when the method ``needs_global_plan``, one extra no-grad forward
