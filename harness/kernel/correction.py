@@ -82,15 +82,10 @@ class Correction:
 
     def record(self) -> str | dict:
         """What a config records: the preset's name when it is one at its default band, else every key."""
-        for name, (level, mode, gating) in SCHEMES.items():
-            if (self.level, self.mode, self.gating, self.low, self.high, self.rejected) == (
-                level,
-                mode,
-                gating,
-                *RATIO_BAND,
-                "keep",
-            ):
-                return name
+        for name, spec in SCHEMES.items():
+            if (self.level, self.mode, self.gating) == spec and (self.low, self.high) == RATIO_BAND:
+                if self.rejected == "keep":
+                    return name
         return {k: getattr(self, k) for k in ("level", "mode", "gating", "low", "high", "rejected")}
 
 
@@ -139,12 +134,6 @@ def resolve(value, path: str, error: type[Exception] = ValueError) -> Correction
     if given.rejected == "drop" and mode != "mask":
         raise error(f"{path}: rejected drop needs mode mask (clip rejects no token)")
     return Correction(level, mode, gating, float(low), float(high), given.rejected)
-
-
-def record(value) -> str | dict:
-    """The recorded form of an already valid ``value``: ``off``, a preset name, or the full mapping."""
-    c = resolve(value, "rollout_correction")
-    return OFF if c is None else c.record()
 
 
 @dataclass
