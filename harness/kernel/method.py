@@ -41,6 +41,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
+from harness.kernel import correction as rollout_fix
 from harness.kernel import ops
 from harness.kernel.fields import as_recorded, check_value, default_of, opt, refuse_non_measuring, spec
 from harness.kernel.lazy import lazy_import
@@ -245,6 +246,13 @@ class MethodBase:
         choices=ops.EMPTY_ROWS,
         late=True,
     )
+    rollout_correction: object = opt(
+        "off",
+        "rollout-mismatch correction from the rollout engine's log-probs (OpenRLHF 0.11.2 is_correction_*): off, "
+        "tis, icepop, seq_mask, or {scheme or level/mode/gating, low, high, rejected: keep|drop} (docs/methods.md)",
+        kind=object,
+        late=True,
+    )
 
     def __post_init__(self):
         self._validate()
@@ -262,6 +270,9 @@ class MethodBase:
         for f in dataclasses.fields(self):
             value = check_value(getattr(self, f.name), spec(f), f"{self.name}.{f.name}", HyperparameterError)
             setattr(self, f.name, value)
+        path = f"{self.name}.rollout_correction"
+        self._correction = rollout_fix.resolve(self.rollout_correction, path, HyperparameterError)
+        self.rollout_correction = "off" if self._correction is None else self._correction.record()
         estimator = _estimator(self.advantage, self.name)
         self.advantage_options = estimator.validate(self.advantage_options, self.estimator_options(), self.name)
         if not self.std_normalize and self.advantage != "grpo":
@@ -328,6 +339,18 @@ class MethodBase:
         """The extra (B,T) tensors the backend must pass to ``advantages`` (see ``AdvantageEstimator.extras``)."""
         return ADVANTAGES.get(self.advantage).extras
 
+    # -- rollout-mismatch correction ------------------------------------------------------------------
+    @property
+    def correction(self) -> rollout_fix.Correction | None:
+        """The resolved ``rollout_correction`` (None: off). A backend that cannot pass ``rollout_log_probs`` to
+        ``policy_loss`` refuses a method with one at load (without them the correction is the identity)."""
+        return self._correction
+
+    def aggregation_mask(self, mask, old_log_probs, rollout_log_probs):
+        """The mask ``policy_loss`` divides by: ``mask``, less the rejected tokens under ``rejected: drop``. A
+        backend accumulating micro-batches weights each by ``ops.micro_batch_weight`` of these masks."""
+        return rollout_fix.aggregation_mask(self._correction, old_log_probs, rollout_log_probs, mask)
+
     # -- aggregation ----------------------------------------------------------------------------------
     def aggregate(self, loss_mat: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         """``ops.agg_loss`` with this method's ``agg`` and ``empty_rows``."""
@@ -385,12 +408,15 @@ class MethodBase:
         generator: torch.Generator | None = None,
         selected: torch.Tensor | None = None,
         cov_groups: bool = False,
+        rollout_log_probs: torch.Tensor | None = None,
     ) -> LossOutput:
         """Aggregated loss (differentiable in log_probs) and diagnostics over the valid tokens given.
 
         Inputs below float32 are upcast before the ratio (fp16 overflows exp(log-ratio) from ~11). A non-finite
         loss raises ``FloatingPointError`` naming the method and the largest log-ratio. ``cov_groups=True`` adds
         the covariance groups (``cov/...``) of the tokens given (a partition over them: on request only).
+        ``rollout_log_probs``: the rollout engine's log-probs of the sampled tokens; with ``rollout_correction``
+        on, its weight (detached, from old - rollout) multiplies the per-token loss before aggregation.
         """
         mask = check_mask(mask)
         valid = mask.bool()
@@ -418,12 +444,20 @@ class MethodBase:
             generator=generator,
             selected=selected,
         )
-        loss = self.aggregate(tok.loss, mask)
-        penalty = self.aggregate(tok.penalty, mask) if tok.penalty is not None else None
+        loss_mat, penalty_mat, agg_mask, fix = tok.loss, tok.penalty, mask, None
+        if self._correction is not None and rollout_log_probs is not None:
+            rollout_log_probs = valid_tokens("rollout_log_probs", rollout_log_probs, valid, padded)
+            fix = rollout_fix.apply(self._correction, old_log_probs, rollout_log_probs, mask)
+            loss_mat, agg_mask = loss_mat * fix.coef, fix.mask
+            penalty_mat = penalty_mat * fix.coef if penalty_mat is not None else None
+        loss = self.aggregate(loss_mat, agg_mask)
+        penalty = self.aggregate(penalty_mat, agg_mask) if penalty_mat is not None else None
         if tok.extra is not None:
             loss = loss + tok.extra
         loss = self.extra_loss(loss, entropy, mask)
         metrics = self.diagnostics(log_probs, old_log_probs, advantages, mask, entropy, tok, cov_groups)
+        if fix is not None:
+            metrics.update(fix.metrics)
         if not bool(torch.isfinite(loss.detach())):
             raise FloatingPointError(
                 f"method {self.name}: the loss is not finite ({float(loss.detach())}); largest log-ratio "

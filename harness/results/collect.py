@@ -361,21 +361,29 @@ def _settings(runs: pd.DataFrame) -> pd.Series:
     return out
 
 
+DEFAULT = "<default>"  # a late hyper-parameter a finished run does not record: its default
+
+
 def _disambiguate(runs: pd.DataFrame) -> pd.Series:
     """Runs sharing (model, task, setting, label) but differing in a method hyper-parameter are different
-    experiments, never seeds of one: append the differing method settings to their labels."""
+    experiments, never seeds of one: append the differing method settings to their labels. A finished run records
+    every hyper-parameter except a late one at its default (e.g. ``rollout_correction: off``): absent from its
+    ``method_config``, the key is the default (not shown); absent from an unfinished run (defaults not yet resolved)
+    or one without a ``method_config``, it is unknown."""
     labels = runs["label"].copy()
     for (_model, _task, _setting, label), grp in runs.groupby(["model", "task", "setting", "label"], dropna=False):
         cfgs = {i: json.loads(runs.at[i, "settings"]) for i in grp.index}
         keys = sorted({k for c in cfgs.values() for k in c if not _ignored(k) and k.startswith("method.")})
         keys = [k for k in keys if not any(o.startswith(k + ".") for o in keys)]  # a mapping whose leaves are listed
-        # a key absent from a run (e.g. defaults not yet resolved in an unfinished run) is unknown, not different
-        differing = [k for k in keys if len({json.dumps(c[k], sort_keys=True) for c in cfgs.values() if k in c}) > 1]
+        done = {i for i in grp.index if runs.at[i, "status"] != "missing" and runs.at[i, "method_config"] != "{}"}
+        known = {i: {**dict.fromkeys(keys, DEFAULT), **c} if i in done else c for i, c in cfgs.items()}
+        differing = [k for k in keys if len({json.dumps(c[k], sort_keys=True) for c in known.values() if k in c}) > 1]
         if not differing:
             continue
+        absent = {i: {k for k in differing if known[i].get(k) == DEFAULT} for i in grp.index}
         for i in grp.index:
-            shown = ",".join(f"{k.removeprefix('method.')}={cfgs[i].get(k)}" for k in differing)
-            labels[i] = f"{label}({shown})"
+            shown = ",".join(f"{k.removeprefix('method.')}={known[i].get(k)}" for k in differing if k not in absent[i])
+            labels[i] = f"{label}({shown})" if shown else label
     return labels
 
 

@@ -273,6 +273,7 @@ def test_every_method_trains_or_is_refused_at_load(trl_cfg, tmp_path):
         ({"train": {"updates_per_rollout": 3}}, "updates_per_rollout: 3 does not divide the rollout of"),
         ({"train": {"micro_batch_size": 3}}, "micro_batch_size: 3 does not divide the mini-batch of 8"),
         ({"method": {"name": "prime"}}, "auxiliary model .*prm"),
+        ({"method": {"name": "grpo", "rollout_correction": "tis"}}, "rollout_correction: 'tis' is not supported"),
         ({"model": {"name": "pocket-9m"}}, "unknown model 'pocket-9m'"),
     ],
 )

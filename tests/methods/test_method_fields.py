@@ -38,6 +38,7 @@ LATE = {  # option -> a value other than its default
     "recipe": "official",
     "selection": "quantile",
     "dead_zone": 1e-4,
+    "rollout_correction": "tis",
 }
 
 

@@ -178,3 +178,35 @@ def test_entropy_advantage_on_rloo_and_dr_grpo_bases(monkeypatch, tmp_path):
     for options, flag in (({"base": "rloo"}, "rloo"), ({"std_normalize": False}, "dr_grpo")):
         plan = build_plan(config({"name": "entropy_advantage", "advantage_options": options}), tmp_path)
         assert upstream_args(plan.argv, monkeypatch).algo.advantage.estimator == flag
+
+
+@pytest.mark.parametrize(
+    "correction,upstream",
+    [
+        ("tis", ("token", "clip", "ratio", [0.5, 5.0])),
+        ("icepop", ("token", "mask", "ratio", [0.5, 5.0])),
+        ({"scheme": "seq_mask", "low": 0.8, "high": 1.25}, ("seq", "mask", "ratio", [0.8, 1.25])),
+        ({"level": "seq", "gating": "binary_kl", "high": 0.01}, ("seq", "mask", "binary_kl", [0.0, 0.01])),
+    ],
+)
+def test_rollout_correction_sets_upstreams_switch(correction, upstream, monkeypatch, tmp_path):
+    """The method's rollout_correction is upstream's is_correction_* as its parser reads them (the switch that
+    makes vLLM return the sampled tokens' log-probs); upstream's PolicyLoss accepts them; GSPO then runs as ppo."""
+    from openrlhf.models.loss import PolicyLoss
+
+    for name in ("grpo", "gspo"):
+        args = upstream_args(
+            build_plan(config({"name": name, "rollout_correction": correction}), tmp_path).argv, monkeypatch
+        )
+        a = args.algo.advantage
+        assert (a.is_correction_level, a.is_correction_mode, a.is_correction_gating) == upstream[:3]
+        assert list(a.is_correction_threshold) == pytest.approx(upstream[3])
+        assert args.actor.policy_loss_type == "ppo"
+        PolicyLoss(
+            is_correction_level=a.is_correction_level,
+            is_correction_mode=a.is_correction_mode,
+            is_correction_gating=a.is_correction_gating,
+            is_correction_threshold=a.is_correction_threshold,
+        )
+    plain = upstream_args(build_plan(config({"name": "grpo"}), tmp_path).argv, monkeypatch)
+    assert plain.algo.advantage.is_correction_level == "off"

@@ -273,3 +273,40 @@ def test_global_plan_with_entropy_is_independent_of_micro_batching(configure, ma
         micro = split_experience(full, rows)
         list(ppo_actor.iter_grad_accum_global_norm(iter(micro), trainer.strategy, len(micro), lambda e: e.action_mask))
         assert torch.equal(torch.cat([e._harness_selected for e in micro]).flatten(), expected)
+
+
+@pytest.mark.parametrize("scheme,level,mode", [("tis", "token", "clip"), ("seq_mask", "seq", "mask")])
+def test_rollout_correction_in_the_real_training_step_equals_upstreams(scheme, level, mode, configure, make_trainer):
+    """The experience's rollout_log_probs reach our loss through upstream's training_step; the gradient, vllm_kl and
+    is_filter_ratio equal OpenRLHF's own correction (its PolicyLoss and training_step) on the same model."""
+    import openrlhf.trainer.ray.ppo_actor as ppo_actor
+
+    configure({"name": "grpo", "rollout_correction": scheme})
+    exp = make_experience(batch=4, seed=7)
+    g = torch.Generator().manual_seed(3)
+    shift = torch.tensor([[-1.0], [0.0], [0.2], [2.0]])  # rows 0 and 3 outside seq-mask's band, row 1 within
+    noise = torch.randn(exp.action_mask.shape, generator=g) * 0.5 + shift
+    exp.rollout_log_probs = (exp.action_log_probs - noise.to(exp.action_log_probs.device)) * exp.action_mask
+
+    def run(trainer):
+        trainer.strategy.optimizer_step = lambda *a, **k: None
+        status = trainer.training_step(exp, kl_ctl=0.0, step=0, loss_batch_info=_norms(exp))
+        grads = torch.cat([p.grad.flatten() for p in trainer.actor.parameters() if p.grad is not None])
+        return grads, status["metrics"]
+
+    args = trainer_args()
+    args.algo.advantage.is_correction_level, args.algo.advantage.is_correction_mode = level, mode
+    args.algo.advantage.is_correction_threshold = [0.5, 5.0]
+    ours, metrics = run(make_trainer(args, seed=1))
+    original, orig_step = ppo_actor.PolicyLoss, ppo_actor.ActorPPOTrainer.training_step
+    try:
+        ppo_actor.PolicyLoss = original.__mro__[1]  # OpenRLHF's own PolicyLoss and training_step
+        ppo_actor.ActorPPOTrainer.training_step = orig_step.__wrapped_original__
+        ref, ref_metrics = run(make_trainer(args, seed=1))
+    finally:
+        ppo_actor.PolicyLoss, ppo_actor.ActorPPOTrainer.training_step = original, orig_step
+    torch.testing.assert_close(ours, ref, rtol=1e-4, atol=1e-7)
+    for key in ("vllm_kl", "is_filter_ratio"):
+        torch.testing.assert_close(metrics[key].float(), ref_metrics[key].float(), rtol=1e-5, atol=1e-7)
+    assert 0 < float(metrics["is_filter_ratio"]) < 1
+    assert float(metrics["rollout_correction/filtered_frac"]) == pytest.approx(float(ref_metrics["is_filter_ratio"]))

@@ -57,6 +57,19 @@ def test_status_to_metrics_row():
     }
 
 
+def test_rollout_correction_metrics_keep_their_names():
+    """The plug-in's rollout_correction/* keep their names (as on pocket); upstream's own vllm_kl and
+    is_filter_ratio stay under openrlhf/."""
+    status = {"rollout_correction/filtered_frac": 0.25, "vllm_kl": -0.01, "is_filter_ratio": 0.25}
+    row = bridge.to_harness_metrics(status, 1)
+    assert row == {
+        "step": 1,
+        "rollout_correction/filtered_frac": 0.25,
+        "openrlhf/vllm_kl": -0.01,
+        "openrlhf/is_filter_ratio": 0.25,
+    }
+
+
 def test_missing_is_missing_not_zero():
     row = bridge.to_harness_metrics({"policy_loss": 0.1}, 1)
     assert row == {"step": 1, "openrlhf/policy_loss": 0.1}

@@ -315,7 +315,34 @@ def test_dry_run_command_shows_env_and_flags(tmp_path):
         (config(openrlhf={"extra_flags": {"train.seed": 4}}), "is not a flag"),
         (config(openrlhf={"extra_flags": {"--train.async_enable": True}}), "not supported by the harness backend"),
         (config(openrlhf={"extra_flags": {"--actor.dual_clip": 3.0}}), "silently ignore"),
-        (config(openrlhf={"extra_flags": {"--algo.advantage.is_correction_level": "token"}}), "silently ignore"),
+        (
+            config(openrlhf={"extra_flags": {"--algo.advantage.is_correction_level": "token"}}),
+            r'set method.rollout_correction: \{"level": "token", "mode": "mask", "gating": "ratio", "low": 0.5, '
+            r'"high": 5.0\} instead',
+        ),
+        (
+            config(
+                openrlhf={
+                    "extra_flags": {
+                        "--algo.advantage.is_correction_level": "seq",
+                        "--algo.advantage.is_correction_gating": "binary_kl",
+                        "--algo.advantage.is_correction_threshold": 0.01,
+                    }
+                }
+            ),
+            r'\{"level": "seq", "mode": "mask", "gating": "binary_kl", "low": 0.0, "high": 0.01\}',
+        ),
+        (
+            config(
+                {"name": "grpo", "rollout_correction": "tis"},
+                openrlhf={"extra_flags": {"--algo.advantage.is_correction_threshold": [0.5, 2.0]}},
+            ),
+            "is_correction_threshold is set by the launcher",
+        ),
+        (
+            config({"name": "grpo", "rollout_correction": {"scheme": "icepop", "rejected": "drop"}}),
+            "rejected 'drop' is not supported on the OpenRLHF backend",
+        ),
         (
             config(
                 {"name": "kl_cov", "scope": "global"}, openrlhf={"extra_flags": {"--train.dynamic_batch_enable": True}}
@@ -480,3 +507,25 @@ def test_episodes_from_a_local_prompt_set(tmp_path):
     argv = build_plan({**config(), "task": {"name": str(data)}}, tmp_path / "r").argv
     # 10 steps x 16 prompts = 160 prompts from 50 rows: ceil(3.2) + 1 = 5 passes
     assert argv[argv.index("--train.num_episodes") + 1] == "5"
+
+
+def test_rollout_correction_becomes_upstreams_switch(tmp_path):
+    """The method's correction is the only source of upstream's is_correction_* flags (vLLM's log-probs); GSPO
+    with it runs as ppo (upstream's GSPO path takes its ratio against the rollout instead of weighting)."""
+    argv = build_plan(config({"name": "grpo", "rollout_correction": "tis"}), tmp_path).argv
+    i = argv.index("--algo.advantage.is_correction_level")
+    assert argv[i : i + 9] == [
+        "--algo.advantage.is_correction_level",
+        "token",
+        "--algo.advantage.is_correction_mode",
+        "clip",
+        "--algo.advantage.is_correction_gating",
+        "ratio",
+        "--algo.advantage.is_correction_threshold",
+        "0.5",
+        "5.0",
+    ]
+    assert not [a for a in build_plan(config(), tmp_path).argv if "is_correction" in a]
+    gspo = build_plan(config({"name": "gspo", "rollout_correction": "icepop"}), tmp_path).argv
+    assert gspo[gspo.index("--actor.policy_loss_type") + 1] == "ppo"
+    assert build_plan(config({"name": "gspo"}), tmp_path).argv.count("gspo") >= 1

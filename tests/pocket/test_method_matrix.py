@@ -51,6 +51,27 @@ def test_every_loss_with_every_estimator_trains_on_pocket(tiny, tmp_path):
     assert not failures, "\n".join(failures)
 
 
+def test_every_loss_with_the_rollout_correction_trains_on_pocket(tiny, tmp_path):
+    """Correction x every registered method: with the exact recompute as old log-probs and the sampling pass as
+    the rollout's, a band that keeps only exact ratios of 1 drops part of the tokens of every method's loss (of its
+    12 a step: a step may keep all)."""
+    failures = []
+    for i, name in enumerate(harness.list_methods()):
+        d = _tiny_cfg(dict(tiny, train=dict(tiny["train"]), eval=dict(tiny["eval"])), name, "grpo")
+        d["method"]["rollout_correction"] = {"scheme": "icepop", "low": 1.0, "high": 1.0}
+        d["train"]["old_log_probs"] = "recompute"
+        try:
+            PocketTrainer(load_config(d), tmp_path / f"c{i}", log=lambda *_: None).run()
+        except Exception as e:  # collect every failing method, not only the first
+            failures.append(f"{name}: {type(e).__name__}: {e}")
+            continue
+        rows = read_jsonl(tmp_path / f"c{i}" / "metrics.jsonl")
+        assert [r["step"] for r in rows] == [1, 2], name
+        fractions = [r["rollout_correction/filtered_frac"] for r in rows]
+        assert all(0 <= f < 1 for f in fractions) and max(fractions) > 0, (name, fractions)
+    assert not failures, "\n".join(failures)
+
+
 def _openrlhf_cfg(method, advantage):
     return {
         "backend": "openrlhf",

@@ -88,3 +88,14 @@ def test_unfinished_run_without_resolved_defaults_does_not_split_labels(runs_roo
     mk(runs_root, "done", seed=0, method_config={"eps_low": 0.2})
     mk(runs_root, "running", seed=1, write_result=False)  # config.yaml only: no method defaults
     assert sorted(collect([runs_root]).runs["label"]) == ["grpo", "grpo"]
+
+
+def test_a_late_hyperparameter_at_its_default_is_not_a_seed_of_the_runs_that_set_it(runs_root, mk):
+    # a finished run records every hyper-parameter but a late one at its default (rollout_correction: off); the
+    # corrected runs are another experiment, never a third seed of the plain one (the rehearsal's grpo cells)
+    mk(runs_root, "plain0", seed=0, method_config={"eps_low": 0.2})
+    mk(runs_root, "plain1", seed=1, method_config={"eps_low": 0.2})
+    mk(runs_root, "fixed", seed=0, method_config={"eps_low": 0.2, "rollout_correction": "icepop"})
+    mk(runs_root, "running", seed=2, write_result=False)  # unknown (no resolved defaults yet): neither experiment
+    labels = sorted(collect([runs_root]).runs["label"])
+    assert labels == ["grpo", "grpo", "grpo(rollout_correction=None)", "grpo(rollout_correction=icepop)"]

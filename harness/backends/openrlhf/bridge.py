@@ -27,7 +27,7 @@ RENAMES = {
     "time/rollout": ("timing/generation",),
     "time/update": ("timing/ppo_train",),
 }
-PASS_PREFIXES = ("cov/", "selected/", "kl_cov/", "reward/")
+PASS_PREFIXES = ("cov/", "selected/", "kl_cov/", "reward/", "rollout_correction/")
 PASS_KEYS = ("rollout/neg_logprob", "entropy/rollout_token_mean")  # the step's rollout measures (plugin)
 
 

@@ -1,7 +1,8 @@
 """The in-place patches that run the harness method inside OpenRLHF 0.11.2 (applied by ``hook.py``).
 
 * ``ppo_actor.PolicyLoss`` -> ``HarnessPolicyLoss``: the method's ``policy_loss`` (entropy bonus included)
-  rescaled to OpenRLHF's global normalisers, so DP and gradient accumulation scale exactly as upstream.
+  rescaled to OpenRLHF's global normalisers, so DP and gradient accumulation scale exactly as upstream; vLLM's
+  ``rollout_log_probs`` go to it for the method's ``rollout_correction`` (upstream's vllm_kl / is_filter_ratio back).
 * ``ActorPPOTrainer.training_step``: hands the loss its experience (for metrics), the entropy of the training
   forward and, for a method that ``needs_global_plan``, its slice of the mini-batch selection plan.
 * ``ppo_actor.iter_grad_accum_global_norm``: when the method ``needs_global_plan``, one extra no-grad forward
@@ -141,6 +142,7 @@ def make_policy_loss_class(base):
                 generator=generator(),
                 selected=selected,
                 cov_groups=True,
+                rollout_log_probs=rollout_log_probs,
             )
             scale = normaliser_scale(
                 mask, bool(self.token_level_loss), dp_size, batch_num_tokens, global_batch_size, m.empty_rows
@@ -151,10 +153,27 @@ def make_policy_loss_class(base):
                 publish_metrics(self.experience, out.metrics, mask, STATE.entropy)
             clip_ratio = torch.tensor(out.metrics.get("clipfrac", 0.0), device=device)
             ppo_kl = torch.tensor(out.metrics.get("ppo_kl", 0.0), device=device)
-            return loss, clip_ratio, ppo_kl, None, None
+            return loss, clip_ratio, ppo_kl, *correction_metrics(m, out.metrics, rollout_log_probs, device)
 
     HarnessPolicyLoss.__qualname__ = HarnessPolicyLoss.__name__ = "HarnessPolicyLoss"
     return HarnessPolicyLoss
+
+
+def correction_metrics(m, metrics: dict, rollout_log_probs, device) -> tuple:
+    """Upstream's (vllm_kl, is_filter_ratio) of the method's ``rollout_correction`` (logged by OpenRLHF as
+    ``train/vllm_kl``, ``train/is_filter_ratio``); (None, None) when it is off. The correction on without vLLM's
+    log-probs (upstream's is_correction_level off) is an error, never a silent no-op."""
+    import torch
+
+    if m.correction is None:
+        return None, None
+    if rollout_log_probs is None:
+        raise RuntimeError(
+            f"method {m.name} has rollout_correction {m.rollout_correction!r} but the experience carries no rollout "
+            f"log-probs (vLLM returns them only with --algo.advantage.is_correction_level != off); launch through "
+            f"harness, which sets it from the method"
+        )
+    return tuple(torch.tensor(metrics[f"rollout_correction/{k}"], device=device) for k in ("kl", "filtered_frac"))
 
 
 def publish_metrics(experience, metrics: dict, mask, entropy) -> None:

@@ -688,11 +688,17 @@ class Population:
                             step=step,
                             generator=st[g]["g_method"],
                             selected=plans[g][sl] if plans.get(g) is not None else None,
+                            rollout_log_probs=w["old"][mini_rows][sl],  # the sampling pass's: the old ones too
                         )
                     except Exception as e:  # noqa: BLE001 - e.g. a non-finite loss: that member fails alone
                         self.fail(w["i"], e)
                         continue
-                    weight = ops.micro_batch_weight(m.agg, micro_mask, mini_mask)
+                    old_micro, old_mini = w["old"][mini_rows][sl], w["old"][mini_rows]
+                    weight = ops.micro_batch_weight(  # the masks the aggregation divides by (rejected: drop)
+                        m.agg,
+                        m.aggregation_mask(micro_mask, old_micro, old_micro),
+                        m.aggregation_mask(mini_mask, old_mini, old_mini),
+                    )
                     if penalty is not None and out.penalty is not None:
                         add_grads(penalty[g], out.penalty * weight, list(group.params.views().values()), g)
                     part = out.loss * weight

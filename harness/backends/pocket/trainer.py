@@ -38,6 +38,7 @@ from harness.io import (
     signals_stop_flag,
     write_jsonl,
 )
+from harness.kernel import correction as rollout_fix
 from harness.kernel import ops
 from harness.run.config import RunConfig
 from harness.run.lineage import foreign_checkpoint, lineage
@@ -64,7 +65,7 @@ from .tokenizer import TokenizerAdapter, build_char_tokenizer
 CKPT = "checkpoints/latest.pt"
 # per-step random streams: (seed, step, purpose) -> independent generator
 PURPOSES = {"prompts": 1, "rollout": 2, "shuffle": 3, "method": 4, "eval": 5}
-_LOSS_KEYS = ("clipfrac", "ppo_kl", "ppo_kl_abs", "entropy/token_mean")
+_LOSS_KEYS = ("clipfrac", "ppo_kl", "ppo_kl_abs", "entropy/token_mean", *rollout_fix.METRICS)
 _COUNT_KEYS = ("selected/below_floor",)  # summed over the step's micro-batches, like selected/count
 
 
@@ -631,6 +632,7 @@ class PocketTrainer:
         sums, tokens_total, sel_count, grad_norms, extra = {}, 0.0, 0.0, [], {}
         self.model.train()
         minis = [rows for rows in torch.tensor_split(perm, cfg.updates_per_rollout) if len(rows)]
+        rollout_lp = old_lp  # the sampling pass's: the rollout engine's log-probs (method.rollout_correction)
         if cfg.old_log_probs == "recompute":
             old_lp = self._recomputed_old_log_probs(batch, old_lp, minis)
         for i, mini_rows in enumerate(minis):
@@ -643,7 +645,7 @@ class PocketTrainer:
             self.opt.zero_grad(set_to_none=True)
             penalty = [] if i == 0 else None  # the penalty's own gradient, on the first (on-policy) mini-batch
             n_tok, mini_sums, n_sel = self.accumulate_gradients(
-                step, mini, mini_old, mini_adv, plan, g_method, penalty_grads=penalty
+                step, mini, mini_old, mini_adv, plan, g_method, penalty_grads=penalty, rollout=rollout_lp[mini_rows]
             )
             if penalty:
                 extra["penalty/grad_norm"] = grad_norm(penalty)
@@ -675,12 +677,16 @@ class PocketTrainer:
                     out[rows[s : s + cfg.micro_batch_size]] = lp
         return out
 
-    def accumulate_gradients(self, step, mini: Batch, mini_old, mini_adv, plan, generator, penalty_grads=None):
+    def accumulate_gradients(
+        self, step, mini: Batch, mini_old, mini_adv, plan, generator, penalty_grads=None, rollout=None
+    ):
         """Backward of one mini-batch's loss over its micro-batches; returns (tokens, metric sums, selected). With
         a list ``penalty_grads``, the gradient of the method's penalty term alone is summed into it (one tensor per
-        parameter; left empty for a method without a penalty) without touching the parameters' ``.grad``."""
+        parameter; left empty for a method without a penalty) without touching the parameters' ``.grad``.
+        ``rollout``: the sampling pass's log-probs of the mini-batch (``policy_loss``'s ``rollout_log_probs``)."""
         cfg, m = self.cfg.train, self.method
         sums, n_tokens, n_sel, own = {}, 0.0, 0.0, f"{m.name}/"
+        mini_agg = m.aggregation_mask(mini.mask, mini_old, rollout) if rollout is not None else mini.mask
         for s in range(0, mini.input_ids.shape[0], cfg.micro_batch_size):
             sl = slice(s, s + cfg.micro_batch_size)
             micro = mini.index(sl)
@@ -694,8 +700,10 @@ class PocketTrainer:
                 step=step,
                 generator=generator,
                 selected=plan[sl] if plan is not None else None,
+                rollout_log_probs=rollout[sl] if rollout is not None else None,
             )
-            weight = ops.micro_batch_weight(m.agg, micro.mask, mini.mask)
+            micro_agg = m.aggregation_mask(micro.mask, mini_old[sl], rollout[sl]) if rollout is not None else micro.mask
+            weight = ops.micro_batch_weight(m.agg, micro_agg, mini_agg)
             if penalty_grads is not None and out.penalty is not None:
                 add_grads(penalty_grads, out.penalty * weight, [p for p in self.model.parameters() if p.requires_grad])
             (out.loss * weight).backward()

@@ -55,6 +55,13 @@ def batch_layout(cfg) -> BatchLayout:
 
 def check_method(method) -> None:
     """Refuse what the TRL backend cannot run, naming why; every other method trains."""
+    if method.correction is not None:
+        raise ConfigError(
+            f"method.rollout_correction: {method.rollout_correction!r} is not supported on the trl backend: it needs "
+            f"the rollout engine's log-probs of the sampled tokens, which TRL {TRL_VERSION}'s GRPOTrainer keeps only "
+            f"when it samples with vLLM (sampling_per_token_logps, use_vllm), and this backend samples with "
+            f"transformers' generate (without them the correction would silently do nothing). Allowed here: off"
+        )
     aux = method.auxiliary_model()
     if aux is not None:
         raise ConfigError(

@@ -176,6 +176,8 @@ def check_cell(run_dir: Path, cfg, resumed_from: int | None = None) -> dict:
         "after_training": {s: suites[s]["metrics"][suites[s]["primary"]] for s in cfg.eval.suites},
         "wall_time_s": result.get("wall_time_s"),
     }
+    if cfg.method.get("rollout_correction", "off") != "off":
+        out["rollout_correction"] = check_correction(run_dir, rows)
     if resumed_from is not None:
         if "Loading the checkpoint" not in log or f"'global_step': {resumed_from}" not in log:
             _fail(f"{run_dir}: the log shows no resume from global_step{resumed_from} (--ckpt.load_enable)")
@@ -189,6 +191,25 @@ def check_cell(run_dir: Path, cfg, resumed_from: int | None = None) -> dict:
         out["resumed_from_step"] = resumed_from
         out["steps_trained_after_resume"] = trained
     return out
+
+
+CORRECTION_KEYS = ("rollout_correction/filtered_frac", "rollout_correction/log_ratio_abs", "openrlhf/is_filter_ratio")
+
+
+def check_correction(run_dir: Path, rows: list[dict]) -> dict:
+    """A cell with the method's rollout_correction on: the engine's log-probs reached the loss (the mean |log
+    pi_train - log pi_rollout| is above 0: the CPU engine's float32 forward vs the bf16 policy's) and our filter
+    fraction is upstream's is_filter_ratio of the same step."""
+    for r in rows:
+        missing = [k for k in CORRECTION_KEYS if k not in r]
+        if missing:
+            _fail(f"{run_dir}: step {r['step']} has no {missing} (the correction did not run)")
+        if not r["rollout_correction/log_ratio_abs"] > 0:
+            _fail(f"{run_dir}: step {r['step']}: rollout log-probs equal the trainer's (did vLLM's arrive?)")
+        if abs(r["rollout_correction/filtered_frac"] - r["openrlhf/is_filter_ratio"]) > 1e-6:
+            _fail(f"{run_dir}: step {r['step']}: filtered_frac differs from upstream's is_filter_ratio")
+    keys = (*CORRECTION_KEYS[:2], "rollout_correction/kl", "rollout_correction/coef_mean")
+    return {k: [r.get(k) for r in rows] for k in keys}
 
 
 def _global_steps(log: str) -> list[str]:

@@ -238,7 +238,7 @@ class CpuRolloutEngine:
     def _generate(self, prompts: list[list[int]], key: tuple) -> list:
         import torch
 
-        temperature, top_p, top_k, max_tokens, min_tokens, skip_special = key
+        temperature, top_p, top_k, max_tokens, min_tokens, skip_special, logprobs = key
         width = max(len(p) for p in prompts)
         ids = torch.tensor([[self.pad_id] * (width - len(p)) + p for p in prompts])
         mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts])
@@ -250,18 +250,38 @@ class CpuRolloutEngine:
         self.batches += 1
         torch.manual_seed(self.seed * 1_000_003 + self.batches)
         with torch.no_grad():
-            out = self.model.generate(input_ids=ids, attention_mask=mask, **kwargs)
+            gen = self.model.generate(
+                input_ids=ids, attention_mask=mask, output_scores=logprobs, return_dict_in_generate=True, **kwargs
+            )
+        out = gen.sequences
         eos = self.tokenizer.eos_token_id
         results = []
-        for row in out[:, width:].tolist():
+        for i, row in enumerate(out[:, width:].tolist()):
             stop = row.index(eos) + 1 if eos in row else None
             tokens = row[:stop] if stop else row  # HF pads only after EOS: a row without one is all generated
             text = self.tokenizer.decode(tokens, skip_special_tokens=skip_special)
             output = SimpleNamespace(
-                token_ids=tokens, text=text, finish_reason="stop" if stop else "length", logprobs=None
+                token_ids=tokens,
+                text=text,
+                finish_reason="stop" if stop else "length",
+                logprobs=_sampled_logprobs(gen.scores, i, tokens) if logprobs else None,
             )
             results.append(SimpleNamespace(outputs=[output], finished=True))
         return results
+
+
+def _sampled_logprobs(scores, row: int, tokens: list[int]) -> list[dict]:
+    """vLLM's ``logprobs=1`` output with ``logprobs_mode="processed_logprobs"`` (what OpenRLHF asks for with its
+    rollout correction on): per generated token ``{token_id: Logprob}``, the log-softmax of the scores after the
+    temperature / top-p / top-k processing (HF's ``output_scores``) at the sampled token. The engine's float32
+    forward against the policy's bf16 one is the rehearsal's rollout-vs-trainer mismatch."""
+    import torch
+
+    out = []
+    for step, token in enumerate(tokens):
+        lp = torch.log_softmax(scores[step][row].float(), dim=-1)[token]
+        out.append({token: SimpleNamespace(logprob=float(lp), rank=1, decoded_token=None)})
+    return out
 
 
 def _sampling_key(params) -> tuple:
@@ -277,6 +297,7 @@ def _sampling_key(params) -> tuple:
         int(max_tokens),
         int(get("min_tokens", 0) or 0),
         bool(get("skip_special_tokens", True)),
+        get("logprobs", None) is not None,  # OpenRLHF asks for the sampled token's log-prob (logprobs=1)
     )
 
 
