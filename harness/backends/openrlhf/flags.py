@@ -132,6 +132,11 @@ def method_flags(method, opts: OpenRLHFOptions) -> list[str]:
             f"method.advantage: {method.advantage!r} needs the rollout's entropy per token, which the OpenRLHF "
             f"backend measures in the old-log-prob forward only with openrlhf.log_entropy: true"
         )
+    if method.needs_old_entropy and not opts.log_entropy:
+        raise OpenRLHFConfigError(
+            f"method {method.name} needs the old policy's entropy per token, which the OpenRLHF backend measures in "
+            f"the old-log-prob forward only with openrlhf.log_entropy: true"
+        )
     if method.has_step_state and not opts.log_entropy:
         raise OpenRLHFConfigError(
             f"method {method.name} carries state across steps, updated from each step's rollout measures (the "
