@@ -369,6 +369,11 @@ class MethodBase:
             raise ValueError(f"{self.name}: holds no per-step state but a checkpoint has {sorted(state)}")
 
     @property
+    def has_mini_batch_hook(self) -> bool:
+        """Whether the method overrides ``begin_mini_batch`` (a backend that can only sometimes call it refuses)."""
+        return type(self).begin_mini_batch is not MethodBase.begin_mini_batch
+
+    @property
     def has_step_state(self) -> bool:
         """Whether the method carries state across steps (it overrides ``on_step_end``)."""
         return type(self).on_step_end is not MethodBase.on_step_end

@@ -15,6 +15,11 @@ ZOO = (
     "adaptive_entropy",
     "high_entropy_tokens",
     "entropy_advantage",
+    "qae",
+    "clip_low",
+    "steer",
+    "entropic",
+    "erc",
 )
 
 

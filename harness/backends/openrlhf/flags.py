@@ -26,9 +26,10 @@ EXTRA = "pip install 'entropy-harness[openrlhf]' (GPU: also vllm==0.29.0 and fla
 
 # harness advantage -> the closest OpenRLHF built-in estimator (the printed command's reading; the plugin
 # replaces the advantages with the method's): W-REINFORCE has no baseline, like OpenRLHF's `reinforce`
-ESTIMATORS = {"grpo": "group_norm", "rloo": "rloo", "w_reinforce": "reinforce"}
+# harness estimator -> the closest built-in the command shows (the plug-in replaces the advantages)
+ESTIMATORS = {"grpo": "group_norm", "rloo": "rloo", "w_reinforce": "reinforce", "qae": "group_norm"}
 ORL_EXTRAS: tuple[str, ...] = ("entropy",)  # advantage-estimator extras this backend produces
-BUILTIN_EQUIVALENT = ("grpo", "rloo", "clip_higher", "entropy_bonus", "gspo")
+BUILTIN_EQUIVALENT = ("grpo", "rloo", "clip_higher", "clip_low", "entropy_bonus", "gspo")
 UPSTREAM_EPS_CLIP = 0.2  # OpenRLHF's own --actor.eps_clip_low_high, shown for a method without a PPO clip
 # method -> (OpenRLHF --actor.policy_loss_type, when the method equals it); tests/openrlhf/test_agreement.py
 # a method OpenRLHF computes natively, and when its native loss equals ours (else our plug-in loss runs): GSPO's
@@ -265,6 +266,11 @@ def check(config) -> None:
                 f"method.scope: global selection plans over fixed micro-batch windows; it "
                 f"cannot be combined with {', '.join(sorted(bad))} (use scope: micro_batch)"
             )
+    if method.has_mini_batch_hook and "--train.dynamic_batch_enable" in extra_keys:
+        raise OpenRLHFConfigError(
+            f"method {method.name} weighs each micro-batch by its share of the optimizer-step window, which "
+            f"--train.dynamic_batch_enable hides from the plug-in; remove it from openrlhf.extra_flags"
+        )
     unsupported = extra_keys & {
         "--train.async_enable",
         "--train.agent_func_path",

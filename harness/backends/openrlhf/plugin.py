@@ -428,9 +428,7 @@ def make_planning_iterator(orig_iter):
 
     def planned(data_iter, strategy, accumulated_gradient, mask_fn):
         m = method()
-        from harness.kernel.method import MethodBase
-
-        starts = type(m).begin_mini_batch is not MethodBase.begin_mini_batch
+        starts = m.has_mini_batch_hook
         if not (m.needs_global_plan or starts):  # the loss selects per micro-batch
             yield from orig_iter(data_iter, strategy, accumulated_gradient, mask_fn)
             return
