@@ -25,8 +25,8 @@ REWARD_FILE = str(Path(__file__).with_name("reward.py"))
 EXTRA = "pip install 'entropy-harness[openrlhf]' (GPU: also vllm==0.29.0 and flash-attn==2.8.3, or the [gpu] extra)"
 
 # harness advantage -> the closest OpenRLHF built-in estimator (the printed command's reading; the plugin
-# replaces the advantages with the method's): W-REINFORCE has no baseline, like OpenRLHF's `reinforce`
-# harness estimator -> the closest built-in the command shows (the plug-in replaces the advantages)
+# replaces the advantages with the method's): W-REINFORCE has no baseline, like OpenRLHF's `reinforce`; QAE's
+# quantile baseline stands in for the group mean of `group_norm`
 ESTIMATORS = {"grpo": "group_norm", "rloo": "rloo", "w_reinforce": "reinforce", "qae": "group_norm"}
 ORL_EXTRAS: tuple[str, ...] = ("entropy",)  # advantage-estimator extras this backend produces
 BUILTIN_EQUIVALENT = ("grpo", "rloo", "clip_higher", "clip_low", "entropy_bonus", "gspo")
