@@ -27,9 +27,24 @@ from harness.kernel.method import Method, TokenLoss, dual_clip, register_method
 
 torch = lazy_import("torch")
 
-__all__ = ["CEGPPO", "dual_clip"]
+__all__ = ["CEGPPO", "correct_response_nll", "dual_clip", "gppo_token_loss"]
 RECIPES = ("paper", "official")
 OFFICIAL_NLL_COEF = 0.1  # positive_loss_coeff of every released script
+
+
+def gppo_token_loss(log_ratio, advantages, eps_low: float, eps_high: float, beta1: float = 1.0, beta2: float = 1.0):
+    """(loss, clipped) per token before the dual clip: PPO's clipped branch keeps the value (1 -/+ eps) A and a
+    beta-scaled gradient; beta1 = beta2 = 1 is GPPO (also ERC's ``gppo_erc``). ``log_ratio`` as the ratio sees it."""
+    ratio = torch.exp(log_ratio)
+    unit = ratio / ratio.detach()  # value 1, gradient grad log pi
+    low = (ratio < 1.0 - eps_low) & (advantages < 0)
+    high = (ratio > 1.0 + eps_high) & (advantages > 0)
+    loss = torch.where(
+        low,
+        -beta1 * (1.0 - eps_low) * unit * advantages,
+        torch.where(high, -beta2 * (1.0 + eps_high) * unit * advantages, -ratio * advantages),
+    )
+    return loss, low | high
 
 
 @register_method("ce_gppo")
@@ -50,16 +65,10 @@ class CEGPPO(Method):
 
     def per_token_loss(self, log_probs, old_log_probs, advantages, mask, **_):
         log_ratio = log_probs - old_log_probs
-        ratio = torch.exp(self.clamp_log_ratio(log_ratio))
-        unit = ratio / ratio.detach()  # value 1, gradient grad log pi
-        low = (ratio < 1.0 - self.eps_low) & (advantages < 0)
-        high = (ratio > 1.0 + self.eps_high) & (advantages > 0)
-        loss = torch.where(
-            low,
-            -self.beta1 * (1.0 - self.eps_low) * unit * advantages,
-            torch.where(high, -self.beta2 * (1.0 + self.eps_high) * unit * advantages, -ratio * advantages),
+        loss, clipped = gppo_token_loss(
+            self.clamp_log_ratio(log_ratio), advantages, self.eps_low, self.eps_high, self.beta1, self.beta2
         )
-        tok = TokenLoss(self.apply_dual_clip(loss, advantages), clipped=(low | high) & mask.bool(), log_ratio=log_ratio)
+        tok = TokenLoss(self.apply_dual_clip(loss, advantages), clipped=clipped & mask.bool(), log_ratio=log_ratio)
         if self.recipe == "official":
             nll = self.correct_nll(log_probs, advantages, mask)
             tok.extra = OFFICIAL_NLL_COEF * nll
@@ -68,8 +77,14 @@ class CEGPPO(Method):
 
     def correct_nll(self, log_probs, advantages, mask) -> torch.Tensor:
         """-log pi aggregated (``agg``) over the responses with A > 0 on a valid token; 0 when there is none."""
-        valid = mask.bool()
-        rows = ((advantages > 0) & valid).any(-1)
-        if not bool(rows.any()):
-            return (log_probs * 0.0).sum()
-        return self.aggregate(-log_probs[rows], mask[rows])
+        return correct_response_nll(log_probs, advantages, mask, self.aggregate)
+
+
+def correct_response_nll(log_probs, advantages, mask, aggregate) -> torch.Tensor:
+    """The release's NLL term (Klear ``positive_loss_coeff``): -log pi aggregated with ``aggregate(loss, mask)`` over
+    the responses with A > 0 on a valid token (the correct ones under group filtering); 0 when there is none."""
+    valid = mask.bool()
+    rows = ((advantages > 0) & valid).any(-1)
+    if not bool(rows.any()):
+        return (log_probs * 0.0).sum()
+    return aggregate(-log_probs[rows], mask[rows])

@@ -24,7 +24,7 @@ REPEATS = {"full": 5, "small": 2}
 
 def make_inputs(b: int, t: int, seed: int = 0, ragged: bool = True) -> dict:
     """Mask (ragged, or all valid), GRPO advantages of 0/1 scores in groups of 8, old log-probs, a nearby
-    policy, entropy."""
+    policy, entropy, and the old policy's entropy within +/-10% of it (STEER, ERC: ``needs_old_entropy``)."""
     g = torch.Generator().manual_seed(seed)
     lengths = torch.randint(max(1, t // 4), t + 1, (b,), generator=g) if ragged else torch.full((b,), t)
     mask = (torch.arange(t)[None, :] < lengths[:, None]).float()
@@ -33,7 +33,13 @@ def make_inputs(b: int, t: int, seed: int = 0, ragged: bool = True) -> dict:
     old = -torch.rand(b, t, generator=g) * 3 - 0.01
     lp = old + 0.2 * torch.randn(b, t, generator=g)
     ent = torch.rand(b, t, generator=g) * 2
-    return {"mask": mask, "adv": adv, "old": old, "lp": lp, "ent": ent}
+    old_ent = ent * (1 + 0.2 * (torch.rand(b, t, generator=g) - 0.5))
+    return {"mask": mask, "adv": adv, "old": old, "lp": lp, "ent": ent, "old_ent": old_ent}
+
+
+def _old_entropy(m, x: dict, device: str) -> dict:
+    """``old_entropy=`` for a method that needs it, else nothing."""
+    return {"old_entropy": x["old_ent"].to(device)} if m.needs_old_entropy else {}
 
 
 def run_loss(name: str, x: dict, device: str, generator) -> dict:
@@ -41,7 +47,14 @@ def run_loss(name: str, x: dict, device: str, generator) -> dict:
     lp = x["lp"].to(device).clone().requires_grad_()
     ent = x["ent"].to(device).clone().requires_grad_() if m.needs_entropy else None
     out = m.policy_loss(
-        lp, x["old"].to(device), x["adv"].to(device), x["mask"].to(device), entropy=ent, step=0, generator=generator
+        lp,
+        x["old"].to(device),
+        x["adv"].to(device),
+        x["mask"].to(device),
+        entropy=ent,
+        step=0,
+        generator=generator,
+        **_old_entropy(m, x, device),
     )
     out.loss.backward()
     return {
@@ -121,7 +134,13 @@ def timing(device: str, b: int, t: int, repeats: int, sync, methods) -> dict:
             lp = x["lp"].clone().requires_grad_()
             e = x["ent"].clone().requires_grad_() if m.needs_entropy else None
             m.policy_loss(
-                lp, x["old"], x["adv"], x["mask"], entropy=e, generator=torch.Generator().manual_seed(1)
+                lp,
+                x["old"],
+                x["adv"],
+                x["mask"],
+                entropy=e,
+                generator=torch.Generator().manual_seed(1),
+                **_old_entropy(m, x, device),
             ).loss.backward()
 
         fns[name] = step

@@ -2,16 +2,18 @@
 
     advantages(scores (B,), group_ids (B,), mask (B,T), **extras) -> (B,T)
     policy_loss(log_probs, old_log_probs, advantages, mask, *, entropy=None, step=0, generator=None,
-                selected=None) -> LossOutput(loss, metrics)
+                selected=None, old_entropy=None) -> LossOutput(loss, metrics)
 
 plus the capabilities a backend reads and calls (it never names a method; defaults are no-ops):
-``needs_entropy`` (pass the differentiable token entropy), ``needs_global_plan`` / ``selection_plan`` (one
-selection over the whole mini-batch, sliced into every micro-batch's ``selected=``), the estimator's ``extras``
-(``entropy`` = the rollout's detached token entropy at T=1, or the log-probs of ``auxiliary_model()``, e.g.
-PRIME's implicit PRM), ``micro_batch_weight`` (a micro-batch's share of the mini-batch aggregate), and per-step
-state: ``on_step_end(row)`` after each step's updates with that step's metrics row, ``state_dict()`` /
-``load_state_dict()`` saved in checkpoints. Keys ``<method name>/...`` in ``LossOutput.metrics`` are logged to
-metrics.jsonl by every backend (token-weighted over micro-batches).
+``needs_entropy`` (pass the differentiable token entropy), ``needs_old_entropy`` (pass ``old_entropy=``: the
+behaviour policy's detached token entropy at the training temperature, from the old-log-prob pass),
+``begin_mini_batch(mask)`` (called before each mini-batch's first micro-batch), ``needs_global_plan`` /
+``selection_plan`` (one selection over the whole mini-batch, sliced into every micro-batch's ``selected=``), the
+estimator's ``extras`` (``entropy`` = the rollout's detached token entropy at T=1, or the log-probs of
+``auxiliary_model()``, e.g. PRIME's implicit PRM), ``micro_batch_weight`` (a micro-batch's share of the
+mini-batch aggregate), and per-step state: ``on_step_end(row)`` after each step's updates with that step's metrics
+row, ``state_dict()`` / ``load_state_dict()`` saved in checkpoints. Keys ``<method name>/...`` in
+``LossOutput.metrics`` are logged to metrics.jsonl by every backend (token-weighted over micro-batches).
 
 Two base classes. ``MethodBase`` is the contract: hyperparameters, estimator, aggregation, input checks,
 diagnostics; its ``per_token_loss`` is abstract. ``Method`` (alias ``PPOClipMethod``) adds the PPO clipped
@@ -231,6 +233,7 @@ class MethodBase:
 
     name: ClassVar[str] = "method"
     needs_entropy: ClassVar[bool] = False
+    needs_old_entropy: ClassVar[bool] = False  # policy_loss(old_entropy=) is given (STEER, ERC)
     # hyperparameter -> the value configs recorded before the method lost it (see the module docstring)
     retired_hparams: ClassVar[dict[str, Any]] = {}
     retired_reason: ClassVar[str] = ""
@@ -373,6 +376,10 @@ class MethodBase:
         """(B,T) bool plan over a whole mini-batch from detached inputs; None for methods that select nothing."""
         return None
 
+    def begin_mini_batch(self, mask) -> None:
+        """Called by the backend before the first micro-batch of each mini-batch (optimizer step) with the mask of
+        all the mini-batch's rows on this rank; no-op by default (EntroPIC weighs its integral by the row share)."""
+
     def on_step_end(self, stats: dict) -> None:
         """Called by the backend after each step's updates with that step's metrics row; no-op by default."""
 
@@ -383,6 +390,11 @@ class MethodBase:
     def load_state_dict(self, state: dict) -> None:
         if state:
             raise ValueError(f"{self.name}: holds no per-step state but a checkpoint has {sorted(state)}")
+
+    @property
+    def has_mini_batch_hook(self) -> bool:
+        """Whether the method overrides ``begin_mini_batch`` (a backend that can only sometimes call it refuses)."""
+        return type(self).begin_mini_batch is not MethodBase.begin_mini_batch
 
     @property
     def has_step_state(self) -> bool:
@@ -409,6 +421,7 @@ class MethodBase:
         selected: torch.Tensor | None = None,
         cov_groups: bool = False,
         rollout_log_probs: torch.Tensor | None = None,
+        old_entropy: torch.Tensor | None = None,
     ) -> LossOutput:
         """Aggregated loss (differentiable in log_probs) and diagnostics over the valid tokens given.
 
@@ -417,6 +430,8 @@ class MethodBase:
         the covariance groups (``cov/...``) of the tokens given (a partition over them: on request only).
         ``rollout_log_probs``: the rollout engine's log-probs of the sampled tokens; with ``rollout_correction``
         on, its weight (detached, from old - rollout) multiplies the per-token loss before aggregation.
+        ``old_entropy``: the behaviour policy's (B,T) token entropy (``needs_old_entropy``), passed on to
+        ``per_token_loss`` only when given.
         """
         mask = check_mask(mask)
         valid = mask.bool()
@@ -434,6 +449,9 @@ class MethodBase:
             entropy = valid_tokens("entropy", entropy, valid, padded, sign=1)
         if selected is not None:
             selected = check_token_tensor("selected", selected, mask, float_only=False).bool()
+        extra = {}
+        if old_entropy is not None:
+            extra["old_entropy"] = valid_tokens("old_entropy", old_entropy, valid, padded, sign=1).detach()
         tok = self.per_token_loss(
             log_probs,
             old_log_probs,
@@ -443,6 +461,7 @@ class MethodBase:
             step=step,
             generator=generator,
             selected=selected,
+            **extra,
         )
         loss_mat, penalty_mat, agg_mask, fix = tok.loss, tok.penalty, mask, None
         if self._correction is not None and rollout_log_probs is not None:

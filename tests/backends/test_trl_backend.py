@@ -183,6 +183,13 @@ def test_rollout_measures_are_pockets_reference_forward(temperature):
     if temperature != 1.0:  # the two temperatures really differ here
         at_1 = token_logprobs(trainer.model, batch, 1.0, reference=True)[0].detach()
         assert float((lp - at_1).abs().max()) > 1e-2
+    # the old entropy of a method that needs_old_entropy (STEER, ERC): at the sampling temperature, not T=1
+    *same, old_ent = trainer.rollout_logprobs(ids, att, 4, at_temperature=True)
+    _, ref_old = token_logprobs(trainer.model, batch, temperature, with_entropy=True, reference=True)
+    torch.testing.assert_close(old_ent, ref_old, atol=2e-5, rtol=1e-5)
+    torch.testing.assert_close(same[1], ent)
+    if temperature != 1.0:
+        assert float((old_ent - ent).abs().max()) > 1e-2
 
 
 def test_rollout_rewards_and_advantages_are_grpo_by_hand(trl_cfg):

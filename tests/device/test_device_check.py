@@ -28,7 +28,7 @@ ROOT = Path(__file__).resolve().parents[2]
 PAPER = ("grpo", "rloo", "prime", "entropy_bonus", "clip_higher", "clip_cov", "kl_cov")
 
 
-def _run(args, tmp_path, timeout=180):
+def _run(args, tmp_path, timeout=420):  # a safety net: the --cpu check trains every method (20) for one step
     env = dict(
         os.environ,
         PYTHON=f"{sys.executable} -S",

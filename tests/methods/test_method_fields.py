@@ -169,6 +169,10 @@ VARIANTS = [
     {"name": "gspo", "agg": "token-mean", "level": "token"},
     {"name": "sapo", "empty_rows": "count"},
     {"name": "grpo", "agg": "seq-mean-token-sum-norm-verl"},
+    {"name": "grpo", "advantage": "qae", "advantage_options": {"k": 0.6, "interpolation": "higher"}},
+    {"name": "steer", "mapping": "linear", "weight_max": 1.2},
+    {"name": "erc", "base": "gppo", "eps_high": 0.2, "recipe": "official"},
+    {"name": "entropic", "update": "step", "target_entropy": 1.0},
 ]
 
 

@@ -1,10 +1,17 @@
-"""W-REINFORCE advantages by hand, and every zoo method documented by `harness methods NAME`."""
+"""W-REINFORCE advantages by hand, every zoo method documented by `harness methods NAME`, and the zoo sweep running
+every registered method (and the QAE authors' two combinations) at >= 5 seeds."""
+
+from pathlib import Path
 
 import pytest
 import torch
 
 import harness
 from harness.commands.methods import describe
+from harness.sweeps.expand import expand
+from harness.sweeps.spec import load_spec
+
+ROOT = Path(__file__).resolve().parents[2]
 
 ZOO = (
     "gspo",
@@ -15,6 +22,11 @@ ZOO = (
     "adaptive_entropy",
     "high_entropy_tokens",
     "entropy_advantage",
+    "qae",
+    "clip_low",
+    "steer",
+    "entropic",
+    "erc",
 )
 
 
@@ -40,3 +52,14 @@ def test_every_zoo_method_is_documented(name):
     assert "arXiv" in text  # the source paper
     for f in harness.get_method(name).hparams():
         assert f in text
+
+
+def test_the_zoo_sweep_runs_every_method_and_both_qae_combinations_at_five_seeds_or_more():
+    seeds = {}  # (method, advantage) -> seeds
+    for cell in expand(load_spec(ROOT / "sweeps" / "methods_zoo.yaml")):
+        method = cell.config["method"]
+        seeds.setdefault((method["name"], method["advantage"]), set()).add(cell.config["seed"])
+    missing = set(harness.list_methods()) - {name for name, _ in seeds}
+    assert not missing, f"sweeps/methods_zoo.yaml lacks {sorted(missing)}"
+    assert {("clip_cov", "qae"), ("kl_cov", "qae")} <= set(seeds)  # QAE paper: Clip-Cov + QAE, KL-Cov + QAE
+    assert min(len(s) for s in seeds.values()) >= 5

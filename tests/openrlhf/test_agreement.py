@@ -1,9 +1,9 @@
 """Our plugged loss and advantages equal OpenRLHF 0.11.2's built-in ones on the same tensors.
 
-grpo / rloo / clip_higher / entropy_bonus: loss value and gradient vs ``openrlhf.models.loss.PolicyLoss`` (plus
-its entropy term, ``aggregate_loss(entropy, mask, **loss_batch_info)``), with the global normalisers OpenRLHF
-passes (dp_size, batch_num_tokens, global_batch_size) and both aggregation modes; advantages vs upstream's
-``RemoteExperienceMaker.compute_advantages_and_returns`` (group_norm, rloo).
+grpo / rloo / clip_higher / clip_low / entropy_bonus: loss value and gradient vs
+``openrlhf.models.loss.PolicyLoss`` (plus its entropy term, ``aggregate_loss(entropy, mask, **loss_batch_info)``),
+with the global normalisers OpenRLHF passes (dp_size, batch_num_tokens, global_batch_size) and both aggregation
+modes; advantages vs upstream's ``RemoteExperienceMaker.compute_advantages_and_returns`` (group_norm, rloo).
 """
 
 import pytest
@@ -17,6 +17,7 @@ BUILTIN = {  # method config -> (OpenRLHF eps low/high, entropy coef)
     "grpo": ({"name": "grpo"}, (0.2, 0.2), None),
     "rloo": ({"name": "rloo"}, (0.2, 0.2), None),
     "clip_higher": ({"name": "clip_higher"}, (0.2, 0.28), None),
+    "clip_low": ({"name": "clip_low"}, (0.1, 0.2), None),
     "entropy_bonus": ({"name": "entropy_bonus", "coef": 0.01}, (0.2, 0.2), 0.01),
 }
 

@@ -61,6 +61,7 @@ EXPECTED = {  # methods with native OpenRLHF flags -> (estimator, eps low/high, 
     "grpo": ("group_norm", (0.2, 0.2), 0.0, "token-mean"),
     "rloo": ("rloo", (0.2, 0.2), 0.0, "token-mean"),
     "clip_higher": ("group_norm", (0.2, 0.28), 0.0, "token-mean"),
+    "clip_low": ("group_norm", (0.1, 0.2), 0.0, "token-mean"),
     "entropy_bonus": ("group_norm", (0.2, 0.2), 1e-3, "token-mean"),
     "clip_cov": ("group_norm", (1.0, 1.0), 0.0, "token-mean"),
     "kl_cov": ("group_norm", (0.2, 0.2), 0.0, "token-mean"),
@@ -77,6 +78,10 @@ PLUGGED = {  # losses / estimators our plug-in computes -> the built-in estimato
     "adaptive_entropy": "group_norm",
     "w_reinforce": "reinforce",
     "entropy_advantage": "group_norm",  # its base estimator (grpo)
+    "qae": "group_norm",
+    "steer": "group_norm",
+    "entropic": "group_norm",
+    "erc": "group_norm",
 }
 REFUSED = {  # method -> what the one-line refusal at config load names
     "prime": "auxiliary model",

@@ -349,6 +349,11 @@ def test_dry_run_command_shows_env_and_flags(tmp_path):
             ),
             "scope: global",
         ),
+        (
+            config({"name": "entropic"}, openrlhf={"extra_flags": {"--train.dynamic_batch_enable": True}}),
+            "entropic weighs each micro-batch by its share of the optimizer-step window",
+        ),
+        (config({"name": "steer"}, openrlhf={"log_entropy": False}), "steer needs the old policy's entropy"),
     ],
 )
 def test_bad_input_errors_before_anything_starts(cfg, match, tmp_path):

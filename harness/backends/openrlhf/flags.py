@@ -25,10 +25,11 @@ REWARD_FILE = str(Path(__file__).with_name("reward.py"))
 EXTRA = "pip install 'entropy-harness[openrlhf]' (GPU: also vllm==0.29.0 and flash-attn==2.8.3, or the [gpu] extra)"
 
 # harness advantage -> the closest OpenRLHF built-in estimator (the printed command's reading; the plugin
-# replaces the advantages with the method's): W-REINFORCE has no baseline, like OpenRLHF's `reinforce`
-ESTIMATORS = {"grpo": "group_norm", "rloo": "rloo", "w_reinforce": "reinforce"}
+# replaces the advantages with the method's): W-REINFORCE has no baseline, like OpenRLHF's `reinforce`; QAE's
+# quantile baseline stands in for the group mean of `group_norm`
+ESTIMATORS = {"grpo": "group_norm", "rloo": "rloo", "w_reinforce": "reinforce", "qae": "group_norm"}
 ORL_EXTRAS: tuple[str, ...] = ("entropy",)  # advantage-estimator extras this backend produces
-BUILTIN_EQUIVALENT = ("grpo", "rloo", "clip_higher", "entropy_bonus", "gspo")
+BUILTIN_EQUIVALENT = ("grpo", "rloo", "clip_higher", "clip_low", "entropy_bonus", "gspo")
 UPSTREAM_EPS_CLIP = 0.2  # OpenRLHF's own --actor.eps_clip_low_high, shown for a method without a PPO clip
 # method -> (OpenRLHF --actor.policy_loss_type, when the method equals it); tests/openrlhf/test_agreement.py
 # a method OpenRLHF computes natively, and when its native loss equals ours (else our plug-in loss runs): GSPO's
@@ -132,6 +133,11 @@ def method_flags(method, opts: OpenRLHFOptions) -> list[str]:
         raise OpenRLHFConfigError(
             f"method.advantage: {method.advantage!r} needs the rollout's entropy per token, which the OpenRLHF "
             f"backend measures in the old-log-prob forward only with openrlhf.log_entropy: true"
+        )
+    if method.needs_old_entropy and not opts.log_entropy:
+        raise OpenRLHFConfigError(
+            f"method {method.name} needs the old policy's entropy per token, which the OpenRLHF backend measures in "
+            f"the old-log-prob forward only with openrlhf.log_entropy: true"
         )
     if method.has_step_state and not opts.log_entropy:
         raise OpenRLHFConfigError(
@@ -293,6 +299,11 @@ def check(config) -> None:
                 f"method.scope: global selection plans over fixed micro-batch windows; it "
                 f"cannot be combined with {', '.join(sorted(bad))} (use scope: micro_batch)"
             )
+    if method.has_mini_batch_hook and "--train.dynamic_batch_enable" in extra_keys:
+        raise OpenRLHFConfigError(
+            f"method {method.name} weighs each micro-batch by its share of the optimizer-step window, which "
+            f"--train.dynamic_batch_enable hides from the plug-in; remove it from openrlhf.extra_flags"
+        )
     unsupported = extra_keys & {
         "--train.async_enable",
         "--train.agent_func_path",

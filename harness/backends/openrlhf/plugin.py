@@ -4,12 +4,15 @@
   rescaled to OpenRLHF's global normalisers, so DP and gradient accumulation scale exactly as upstream; vLLM's
   ``rollout_log_probs`` go to it for the method's ``rollout_correction`` (upstream's vllm_kl / is_filter_ratio back).
 * ``ActorPPOTrainer.training_step``: hands the loss its experience (for metrics), the entropy of the training
-  forward and, for a method that ``needs_global_plan``, its slice of the mini-batch selection plan.
-* ``ppo_actor.iter_grad_accum_global_norm``: when the method ``needs_global_plan``, one extra no-grad forward
-  over each optimizer-step window (with the entropy when ``needs_entropy``), then ``method.selection_plan`` over
-  the whole window (collectives across DP ranks).
+  forward, for a method that ``needs_old_entropy`` the old-log-prob pass's entropy (carried in ``info``), and,
+  for a method that ``needs_global_plan``, its slice of the mini-batch selection plan.
+* ``ppo_actor.iter_grad_accum_global_norm``: ``method.begin_mini_batch`` before each optimizer-step window (for a
+  method that overrides it) and, when the method ``needs_global_plan``, one extra no-grad forward over the window
+  (with the entropy when ``needs_entropy``), then ``method.selection_plan`` over it (collectives across DP ranks).
 * ``RemoteExperienceMaker.compute_advantages_and_returns``: upstream's (length penalties, returns, logs), then
-  the advantages replaced by ``method.advantages`` over the whole rollout.
+  the advantages replaced by ``method.advantages`` over the whole rollout; the per-token entropy of the policy
+  workers' old-log-prob forward (at the rollout temperature: OpenRLHF scales the logits first) goes to the
+  estimator (``extras``) and, for ``needs_old_entropy``, into each experience's ``info``.
 * ``BasePPOTrainer.save_logs_and_checkpoints``: appends our ``metrics.jsonl`` line; stops after ``steps``.
 
 Module globals and class attributes are patched in place (Ray ships actor methods by value; see the
@@ -25,6 +28,7 @@ from typing import Any
 
 from harness.backends.openrlhf.flags import PLUGIN_ENV
 
+OLD_ENTROPY_KEY = "harness/old_entropy"  # info entry: (B, A) old-log-prob-pass entropy, taken out before logging
 SKIP_METRICS = {"tokens", "ppo_kl", "clipfrac", "selected/count", "entropy/token_mean", "log_ratio/max_abs"}
 
 
@@ -105,6 +109,7 @@ def make_policy_loss_class(base):
     class HarnessPolicyLoss(base):
         experience = None  # set per micro-batch by the training_step wrapper
         selected = None  # (B, A) bool plan slice for scope: global
+        old_entropy = None  # (B, A) old-log-prob-pass entropy, for a method that needs_old_entropy
         step = 0
 
         def forward(
@@ -132,6 +137,14 @@ def make_policy_loss_class(base):
                     f"(--actor.entropy_coef must be set)"
                 )
             selected = self.selected.to(mask.device) if self.selected is not None else None
+            extra = {}
+            if m.needs_old_entropy:
+                if self.old_entropy is None:
+                    raise RuntimeError(
+                        f"method {m.name} needs the old policy's entropy, but the experience carries none "
+                        f"(openrlhf.log_entropy must be true)"
+                    )
+                extra["old_entropy"] = self.old_entropy.to(mask.device)
             out = m.policy_loss(
                 log_probs,
                 old_log_probs,
@@ -143,6 +156,7 @@ def make_policy_loss_class(base):
                 selected=selected,
                 cov_groups=True,
                 rollout_log_probs=rollout_log_probs,
+                **extra,
             )
             scale = normaliser_scale(
                 mask, bool(self.token_level_loss), dp_size, batch_num_tokens, global_batch_size, m.empty_rows
@@ -214,6 +228,7 @@ def patch_ppo_actor(module) -> None:
         STATE.trainer = self
         loss_fn.experience = experience
         loss_fn.selected = getattr(experience, "_harness_selected", None)
+        loss_fn.old_entropy = take_old_entropy(experience)
         loss_fn.step = STATE.rollout_step
         STATE.capture, STATE.entropy = True, None
         saved_coef = self.args.actor.entropy_coef
@@ -224,7 +239,7 @@ def patch_ppo_actor(module) -> None:
         finally:
             self.args.actor.entropy_coef = saved_coef
             STATE.capture, STATE.entropy = False, None
-            loss_fn.experience = loss_fn.selected = None
+            loss_fn.experience = loss_fn.selected = loss_fn.old_entropy = None
 
     def ppo_train(self, kl_ctl):
         STATE.trainer = self
@@ -252,6 +267,23 @@ def patch_ppo_actor(module) -> None:
 
     append.__wrapped_original__ = orig_append
     buffer_cls.append = append
+
+
+def take_old_entropy(experience):
+    """The experience's (B, A) old-log-prob-pass entropy, removed from ``info`` (it is no metric), or None. The replay
+    buffer splits ``info`` per sample and rebatches it as a list of rows at their rollout width; each row is cut or
+    zero-padded to the micro-batch's action width (right padding, as the step fields)."""
+    import torch
+
+    rows = experience.info.pop(OLD_ENTROPY_KEY, None)
+    if rows is None:
+        return None
+    b, a = experience.action_mask.shape
+    out = torch.zeros((b, a), dtype=torch.float32, device=experience.action_mask.device)
+    for i, row in enumerate(rows):
+        n = min(a, row.shape[-1])
+        out[i, :n] = row[:n].float().to(out.device)
+    return out
 
 
 def rollout_stats(items) -> dict[str, float]:
@@ -343,7 +375,7 @@ def rollout_forward(orig_forward, actor, sequences, action_mask, attention_mask,
     keys = _row_keys(sequences, attention_mask)
     for key, value in zip(keys, per_row.tolist()):
         STATE.rollout_entropy[key] = value
-    if "entropy" in method().estimator_extras():  # kept per token until the advantages fetch it
+    if "entropy" in method().estimator_extras() or method().needs_old_entropy:  # kept until the driver fetches it
         valid = action_mask.bool()
         for i, key in enumerate(keys):
             STATE.rollout_token_entropy[key] = entropy[i][valid[i]].detach().cpu()
@@ -414,22 +446,39 @@ def make_planning_iterator(orig_iter):
     optimizer-step window before its first micro-batch is trained (decided per call, from the method)."""
 
     def planned(data_iter, strategy, accumulated_gradient, mask_fn):
-        if not method().needs_global_plan:  # the loss selects per micro-batch
+        m = method()
+        starts = m.has_mini_batch_hook
+        if not (m.needs_global_plan or starts):  # the loss selects per micro-batch
             yield from orig_iter(data_iter, strategy, accumulated_gradient, mask_fn)
             return
         gas = max(int(accumulated_gradient), 1)
         window = []
+
+        def release():
+            items = [it for it, _ in window]
+            if starts:
+                m.begin_mini_batch(_cat_masks([it.action_mask for it in items]))
+            if m.needs_global_plan:
+                plan_window(items)
+            yield from window
+
         for item, info in orig_iter(data_iter, strategy, accumulated_gradient, mask_fn):
             window.append((item, info))
             if len(window) == gas:
-                plan_window([it for it, _ in window])
-                yield from window
+                yield from release()
                 window = []
         if window:
-            plan_window([it for it, _ in window])
-            yield from window
+            yield from release()
 
     return planned
+
+
+def _cat_masks(masks):
+    """The window's masks as one (rows, max width) tensor (right zero padding)."""
+    import torch
+
+    width = max(mk.shape[1] for mk in masks)
+    return torch.cat([torch.nn.functional.pad(mk.float(), (0, width - mk.shape[1])) for mk in masks])
 
 
 def plan_window(experiences) -> None:
@@ -533,9 +582,14 @@ def patch_experience_maker(module) -> None:
 
     def compute_advantages_and_returns(self, experiences):
         experiences = orig(self, experiences)  # length penalties, returns, info["return"], group_reward_std
-        extras = {}
-        if "entropy" in method().estimator_extras():
-            extras["entropy"] = rollout_token_entropy(experiences, ray_fetch(self.actor_model_group))
+        extras, m = {}, method()
+        if "entropy" in m.estimator_extras() or m.needs_old_entropy:  # one fetch: the workers hand it over once
+            token_entropy = rollout_token_entropy(experiences, ray_fetch(self.actor_model_group))
+            if "entropy" in m.estimator_extras():
+                extras["entropy"] = token_entropy
+            if m.needs_old_entropy:
+                for e, ent in zip(experiences, token_entropy):
+                    e.info[OLD_ENTROPY_KEY] = ent
         n = self.strategy.args.rollout.n_samples_per_prompt
         for e, adv in zip(experiences, harness_advantages(experiences, n, extras)):
             e.advantages = adv.to(e.action_mask.device)

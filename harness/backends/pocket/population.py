@@ -546,6 +546,7 @@ class Population:
             work = {g: w for g, w in work.items() if w["i"] not in self.failed}
             positions = sorted(work)
             fixed = {g: w["fixed"] for g, w in work.items()}
+            self._old_entropy(group, work, positions, fixed)
             if cfg.entropy_after_update and positions:
                 res = self._chunked(group.dec, group.params, positions, fixed, 1.0, False, logits=True)
                 for g in positions:
@@ -563,6 +564,21 @@ class Population:
         for i in metrics:
             self.trainers[i].timing["update_s"] += elapsed
         return {i: m for i, m in metrics.items() if i not in self.failed}
+
+    def _old_entropy(self, group: Group, work: dict, positions: list, fixed: dict) -> None:
+        """``work[g]["old_ent"]`` for members whose method ``needs_old_entropy``: the behaviour policy's token entropy
+        at the training temperature (``PocketTrainer._old_entropy``: the T=1 entropy of the sampling pass at T=1,
+        else a no-grad forward at the temperature)."""
+        need = [g for g in positions if self.trainers[work[g]["i"]].method.needs_old_entropy]
+        if not need:
+            return
+        if self.cfg0.temperature == 1.0:
+            for g in need:
+                work[g]["old_ent"] = work[g]["ent"]
+            return
+        res = self._chunked(group.dec, group.params, need, fixed, self.cfg0.temperature, True)
+        for g in need:
+            work[g]["old_ent"] = res[g][1]
 
     def _auxiliary(self, group: Group, work: dict, metrics: dict) -> None:
         """The auxiliary model's extras (PRIME: implicit PRM and frozen reference log-probs) and its update."""
@@ -657,6 +673,8 @@ class Population:
             act = [g for g in alive if len(st[g]["minis"][u]) > 0]
             if not act:
                 continue
+            for g in act:
+                self.trainers[work[g]["i"]].method.begin_mini_batch(work[g]["batch"].mask[st[g]["minis"][u]])
             plans = self._plans(group, step, work, st, act, u, fixed)
             penalty = {g: [] for g in act} if u == 0 else None  # each member's penalty gradient (first mini-batch)
             opt.zero_grad()
@@ -678,6 +696,7 @@ class Population:
                     r, T = rows[g].shape[0], b.responses.shape[1]
                     sl = slice(j * mb, j * mb + r)
                     micro_mask, mini_mask = b.mask[rows[g]], b.mask[mini_rows]
+                    extra = {"old_entropy": w["old_ent"][rows[g]]} if "old_ent" in w else {}
                     try:
                         out = m.policy_loss(
                             lp[k, :r, :T],
@@ -689,6 +708,7 @@ class Population:
                             generator=st[g]["g_method"],
                             selected=plans[g][sl] if plans.get(g) is not None else None,
                             rollout_log_probs=w["old"][mini_rows][sl],  # the sampling pass's: the old ones too
+                            **extra,
                         )
                     except Exception as e:  # noqa: BLE001 - e.g. a non-finite loss: that member fails alone
                         self.fail(w["i"], e)

@@ -573,13 +573,22 @@ class PocketTrainer:
         extras = self._estimator_extras(batch, ent, ro["scores"], metrics)
         adv = m.advantages(ro["scores"], ro["group_ids"], mask.cpu(), **extras).to(self.device)
         self._covariance_metrics(adv, old_lp, ent, mask, metrics)
+        old_ent = self._old_entropy(batch, ent) if m.needs_old_entropy else None
         logits_before = self._response_logits(batch) if cfg.entropy_after_update else None
-        metrics.update(self._update(step, batch, old_lp, adv))
+        metrics.update(self._update(step, batch, old_lp, adv, old_ent))
         if cfg.entropy_after_update:
             metrics.update(self._entropy_after_update(batch, per_resp))
             metrics["cov/first_order"] = first_order_delta(logits_before, self._response_logits(batch), mask)
         self.timing["update_s"] += time.time() - t0
         return metrics
+
+    def _old_entropy(self, batch: Batch, ent_t1) -> torch.Tensor:
+        """The behaviour policy's token entropy at the training temperature (``needs_old_entropy``): the T=1 entropy
+        of the old-log-prob pass when the temperature is 1, else a no-grad eval-mode forward at the temperature."""
+        if self.cfg.train.temperature == 1.0:
+            return ent_t1
+        with torch.no_grad():
+            return self._logprobs_chunked(self.model, batch, self.cfg.train.temperature, True)[1]
 
     def _rollout_metrics(self, mask, old_lp, ent, metrics: dict) -> torch.Tensor:
         """The official entropy metric (and its change since the last step), the rollout's mean negative log-prob
@@ -622,7 +631,7 @@ class PocketTrainer:
             _, ent = self._logprobs_chunked(self.model, batch, 1.0, True)
         return entropy_change(ent, batch.mask, before)
 
-    def _update(self, step: int, batch: Batch, old_lp, adv) -> dict:
+    def _update(self, step: int, batch: Batch, old_lp, adv, old_ent=None) -> dict:
         cfg, m = self.cfg.train, self.method
         B = batch.input_ids.shape[0]
         g_shuffle = make_generator(self.cfg.seed, step, "shuffle")
@@ -634,10 +643,12 @@ class PocketTrainer:
         minis = [rows for rows in torch.tensor_split(perm, cfg.updates_per_rollout) if len(rows)]
         rollout_lp = old_lp  # the sampling pass's: the rollout engine's log-probs (method.rollout_correction)
         if cfg.old_log_probs == "recompute":
-            old_lp = self._recomputed_old_log_probs(batch, old_lp, minis)
+            old_lp, old_ent = self._recomputed_old_log_probs(batch, old_lp, minis, old_ent)
         for i, mini_rows in enumerate(minis):
             mini = batch.index(mini_rows)
             mini_old, mini_adv = old_lp[mini_rows], adv[mini_rows]
+            mini_old_ent = old_ent[mini_rows] if old_ent is not None else None
+            m.begin_mini_batch(mini.mask)
             plan = None
             if use_plan:
                 cur, cur_ent = self._logprobs_chunked(self.model, mini, cfg.temperature, m.needs_entropy)
@@ -645,7 +656,15 @@ class PocketTrainer:
             self.opt.zero_grad(set_to_none=True)
             penalty = [] if i == 0 else None  # the penalty's own gradient, on the first (on-policy) mini-batch
             n_tok, mini_sums, n_sel = self.accumulate_gradients(
-                step, mini, mini_old, mini_adv, plan, g_method, penalty_grads=penalty, rollout=rollout_lp[mini_rows]
+                step,
+                mini,
+                mini_old,
+                mini_adv,
+                plan,
+                g_method,
+                penalty_grads=penalty,
+                rollout=rollout_lp[mini_rows],
+                mini_old_ent=mini_old_ent,
             )
             if penalty:
                 extra["penalty/grad_norm"] = grad_norm(penalty)
@@ -661,29 +680,38 @@ class PocketTrainer:
             self.opt.step()
         return {**update_metrics(sums, tokens_total, sel_count, grad_norms), **extra}
 
-    def _recomputed_old_log_probs(self, batch: Batch, sampled, minis) -> torch.Tensor:
-        """``train.old_log_probs: recompute``: the old log-probs from a no-grad forward of every micro-batch the
-        update will train on, with the training forward's exact shapes and mode, before the first update: on the
-        first mini-batch log r is then exactly 0 (the sampling pass's log-probs differ by rounding noise)."""
+    def _recomputed_old_log_probs(self, batch: Batch, sampled, minis, old_ent=None):
+        """``train.old_log_probs: recompute``: (old log-probs, old entropy or None) from a no-grad forward of every
+        micro-batch the update will train on, with the training forward's exact shapes and mode, before the first
+        update: on the first mini-batch log r is then exactly 0 (the sampling pass's log-probs differ by rounding
+        noise), and a method's old entropy (``needs_old_entropy``) equals the first mini-batch's entropy exactly."""
         cfg, m = self.cfg.train, self.method
         out = sampled.clone()
+        ent_out = old_ent.clone() if old_ent is not None else None
         with torch.no_grad():
             for rows in minis:
                 mini = batch.index(rows)
                 for s in range(0, mini.input_ids.shape[0], cfg.micro_batch_size):
-                    lp, _ = token_logprobs(
-                        self.model, mini.index(slice(s, s + cfg.micro_batch_size)), cfg.temperature, m.needs_entropy
+                    lp, ent = token_logprobs(
+                        self.model,
+                        mini.index(slice(s, s + cfg.micro_batch_size)),
+                        cfg.temperature,
+                        m.needs_entropy or ent_out is not None,
                     )
                     out[rows[s : s + cfg.micro_batch_size]] = lp
-        return out
+                    if ent_out is not None:
+                        ent_out[rows[s : s + cfg.micro_batch_size]] = ent
+        return out, ent_out
 
     def accumulate_gradients(
-        self, step, mini: Batch, mini_old, mini_adv, plan, generator, penalty_grads=None, rollout=None
+        self, step, mini: Batch, mini_old, mini_adv, plan, generator, penalty_grads=None, rollout=None, mini_old_ent=None
     ):
         """Backward of one mini-batch's loss over its micro-batches; returns (tokens, metric sums, selected). With
         a list ``penalty_grads``, the gradient of the method's penalty term alone is summed into it (one tensor per
         parameter; left empty for a method without a penalty) without touching the parameters' ``.grad``.
-        ``rollout``: the sampling pass's log-probs of the mini-batch (``policy_loss``'s ``rollout_log_probs``)."""
+        ``rollout``: the sampling pass's log-probs of the mini-batch (``policy_loss``'s ``rollout_log_probs``);
+        ``mini_old_ent``: the mini-batch's old entropy, passed as ``old_entropy=`` (``needs_old_entropy``)."""
+
         cfg, m = self.cfg.train, self.method
         sums, n_tokens, n_sel, own = {}, 0.0, 0.0, f"{m.name}/"
         mini_agg = m.aggregation_mask(mini.mask, mini_old, rollout) if rollout is not None else mini.mask
@@ -691,6 +719,7 @@ class PocketTrainer:
             sl = slice(s, s + cfg.micro_batch_size)
             micro = mini.index(sl)
             lp, ent = token_logprobs(self.model, micro, cfg.temperature, with_entropy=m.needs_entropy)
+            extra = {"old_entropy": mini_old_ent[sl]} if mini_old_ent is not None else {}
             out = m.policy_loss(
                 lp,
                 mini_old[sl],
@@ -701,6 +730,7 @@ class PocketTrainer:
                 generator=generator,
                 selected=plan[sl] if plan is not None else None,
                 rollout_log_probs=rollout[sl] if rollout is not None else None,
+                **extra,
             )
             micro_agg = m.aggregation_mask(micro.mask, mini_old[sl], rollout[sl]) if rollout is not None else micro.mask
             weight = ops.micro_batch_weight(m.agg, micro_agg, mini_agg)

@@ -5,7 +5,8 @@ What is TRL's and what is ours in one RL step:
   split of the rollout into micro-batches, the training forward (``_get_per_token_logps_and_entropies``: fused LM
   head at the sampling temperature, differentiable entropy), AdamW, grad clipping, checkpoints.
   Ours: prompt token ids (``_tokenize_prompts``: the same ids as pocket), rewards (the task's exact verifier),
-  old log-probs and the official entropy (one eval-mode forward after generation), ``method.advantages`` (B,T),
+  old log-probs and the official entropy (one eval-mode forward after generation; the same forward's entropy at the
+  sampling temperature is the old entropy of a method that ``needs_old_entropy``), ``method.advantages`` (B,T),
   the selection plan per mini-batch (``needs_global_plan``), and the loss: ``method.policy_loss`` on TRL's (B,T)
   log-probs, times ``method.micro_batch_weight`` so the micro-batches of one optimizer step sum to the mini-batch
   aggregate (GRPOTrainer declares its loss already scaled for gradient accumulation: transformers adds no factor).
@@ -108,7 +109,7 @@ class HarnessGRPOTrainer(GRPOTrainer):
         ids = torch.cat([out["prompt_ids"], out["completion_ids"]], dim=1)
         att = torch.cat([out["prompt_mask"], out["completion_mask"]], dim=1)
         T = out["completion_ids"].shape[1]
-        old_lp, ent = self.rollout_logprobs(ids, att, T)
+        old_lp, ent, *old_ent = self.rollout_logprobs(ids, att, T, self.method.needs_old_entropy)
         scores, B = self._scores, mask.shape[0]
         group_ids = torch.arange(B) // n
         problems = torch.tensor([int(p) for p in self._groups]).view(-1, n)
@@ -130,6 +131,8 @@ class HarnessGRPOTrainer(GRPOTrainer):
         row["cov/term"] = float(cov.mean())
         row.update(ops.covariance_groups(cov.cpu()))
         out["advantages"], out["old_per_token_logps"] = adv, old_lp
+        if old_ent:  # split and shuffled with the other (B, T) tensors of the rollout
+            out["harness_old_entropy"] = old_ent[0]
         self.last_rollout = (ids, att, T, mask, per_resp)
         self.begin_updates(self.rl_step, row)
         now = time.time()
@@ -138,17 +141,18 @@ class HarnessGRPOTrainer(GRPOTrainer):
         return out
 
     @torch.no_grad()
-    def rollout_logprobs(self, ids, att, T: int):
+    def rollout_logprobs(self, ids, att, T: int, at_temperature: bool = False):
         """(old log-probs at the sampling temperature, official entropy), eval mode, 0 on padding: TRL's fused-head
-        forward, the loss's own (at T=1 it gives both)."""
+        forward, the loss's own (at T=1 it gives both). ``at_temperature``: also the token entropy at the sampling
+        temperature (the old entropy of a method that ``needs_old_entropy``)."""
         with _eval_mode(self.model):
-            lp, ent, _ = self._get_per_token_logps_and_entropies(
+            lp, ent_t, _ = self._get_per_token_logps_and_entropies(
                 self.model, ids, att, T, batch_size=self.args.per_device_train_batch_size, compute_entropy=True
             )
-            if self.temperature != 1.0:
-                ent = self._entropy_at_t1(ids, att, T)
+            ent = self._entropy_at_t1(ids, att, T) if self.temperature != 1.0 else ent_t
         mask = att[:, -T:].to(lp.dtype)
-        return lp.float() * mask, ent.float() * mask
+        out = (lp.float() * mask, ent.float() * mask)
+        return (*out, ent_t.float() * mask) if at_temperature else out
 
     @torch.no_grad()
     def official_entropy(self, ids, att, T: int) -> torch.Tensor:
@@ -192,12 +196,14 @@ class HarnessGRPOTrainer(GRPOTrainer):
         return inputs
 
     def plan_mini_batch(self, chunks: list[dict]) -> None:
-        """Attach ``harness_weight`` (and ``harness_selected``) to each micro-batch dict of one mini-batch."""
+        """Attach ``harness_weight`` (and ``harness_selected``) to each micro-batch dict of one mini-batch; the method's
+        ``begin_mini_batch`` with the mini-batch's mask."""
         m = self.method
         masks = [_loss_mask(c) for c in chunks]
         mini_mask = torch.cat(masks)
         for c, mk in zip(chunks, masks):
             c["harness_weight"] = m.micro_batch_weight(mk, mini_mask)
+        m.begin_mini_batch(mini_mask)
         if not m.needs_global_plan:
             return
         with torch.no_grad():
@@ -225,6 +231,7 @@ class HarnessGRPOTrainer(GRPOTrainer):
         m = self.method
         mask = _loss_mask(inputs)
         lp, ent = self._token_logprobs(model, inputs, m.needs_entropy)
+        extra = {"old_entropy": inputs["harness_old_entropy"]} if m.needs_old_entropy else {}
         out = m.policy_loss(
             lp,
             inputs["old_per_token_logps"],
@@ -234,6 +241,7 @@ class HarnessGRPOTrainer(GRPOTrainer):
             step=self.rl_step,
             generator=self.method_generator,
             selected=inputs.get("harness_selected"),
+            **extra,
         )
         self._accumulate(out.metrics, float(mask.sum()))
         return out.loss * inputs.get("harness_weight", 1.0)
