@@ -704,7 +704,16 @@ class PocketTrainer:
         return out, ent_out
 
     def accumulate_gradients(
-        self, step, mini: Batch, mini_old, mini_adv, plan, generator, penalty_grads=None, rollout=None, mini_old_ent=None
+        self,
+        step,
+        mini: Batch,
+        mini_old,
+        mini_adv,
+        plan,
+        generator,
+        penalty_grads=None,
+        rollout=None,
+        mini_old_ent=None,
     ):
         """Backward of one mini-batch's loss over its micro-batches; returns (tokens, metric sums, selected). With
         a list ``penalty_grads``, the gradient of the method's penalty term alone is summed into it (one tensor per
