@@ -174,6 +174,8 @@ def test_rollout_log_probs_equal_to_the_old_ones_change_nothing(name, rc):
         lp = (old + lr).requires_grad_(True)
         e = ent.clone().requires_grad_(True)
         kw = {"rollout_log_probs": rollout} if rollout is not None else {}
+        if m.needs_old_entropy:  # STEER, ERC: the behaviour policy's entropy too
+            kw["old_entropy"] = ent * 0.9
         out = m.policy_loss(lp, old, adv, mask, entropy=e, generator=torch.Generator().manual_seed(2), **kw)
         out.loss.backward()
         results.append((out.loss.detach(), lp.grad.clone(), out.metrics))
