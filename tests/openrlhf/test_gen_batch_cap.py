@@ -79,7 +79,7 @@ def test_dynamic_filtering_stops_at_max_gen_batches(ray_local, configure, capsys
 
     samples, _, drawn, exhausted = gen.generate_samples(**kwargs)
     assert (_prompts(samples), drawn, exhausted) == (["p0"], 4, False)
-    assert plugin.generation_stats(2) == {
+    assert plugin.generation_stats() == {
         "rollout/batches": 2.0,
         "rollout/kept_groups": 1.0,
         "filter/kept_frac": 0.25,
@@ -91,7 +91,7 @@ def test_dynamic_filtering_stops_at_max_gen_batches(ray_local, configure, capsys
 
     samples, _, drawn, exhausted = gen.generate_samples(**kwargs)  # the next step: the loader was not ended
     assert (_prompts(samples), drawn, exhausted) == (["p4", "p5"], 2, False)
-    assert plugin.generation_stats(2) == {
+    assert plugin.generation_stats() == {
         "rollout/batches": 1.0,
         "rollout/kept_groups": 2.0,
         "filter/kept_frac": 1.0,
@@ -100,8 +100,8 @@ def test_dynamic_filtering_stops_at_max_gen_batches(ray_local, configure, capsys
 
     samples, _, drawn, exhausted = gen.generate_samples(**kwargs)  # p6 filtered, no prompt left to refill it
     assert (_prompts(samples), drawn, exhausted) == (["p7"], 2, True)
-    assert plugin.generation_stats(2)["filter/gen_cap_hit"] == 0.0
-    assert plugin.generation_stats(2) == {}  # taken once per logged step
+    assert plugin.generation_stats()["filter/gen_cap_hit"] == 0.0
+    assert plugin.generation_stats() == {}  # taken once per logged step
 
 
 def test_without_dynamic_filtering_nothing_is_capped(ray_local, configure):
@@ -113,4 +113,4 @@ def test_without_dynamic_filtering_nothing_is_capped(ray_local, configure):
     gen = _generator(ray_local, ["h", "0", "0", "0", "h"])
     samples, _, drawn, exhausted = gen.generate_samples(max_new_tokens=4, max_len=16)
     assert (_prompts(samples), drawn, exhausted) == (["p0", "p4"], 5, False)  # upstream refills until full
-    assert plugin.generation_stats(2) == {}
+    assert plugin.generation_stats() == {}

@@ -107,7 +107,7 @@ def test_packing_dynamic_batch_and_filtering_seams():
     def original(fn):
         return getattr(fn, "__wrapped_original__", fn)
 
-    fwd = inspect.getsource(actor_module.Actor.forward)
+    fwd = inspect.getsource(original(actor_module.Actor.forward))
     assert "unpad_and_slice_tensor(" in fwd and "gather_and_pad_tensor(log_probs" in fwd
     train_src = inspect.getsource(original(ppo_actor.ActorPPOTrainer.ppo_train))
     assert (

@@ -335,6 +335,7 @@ def patch_actor_model(module) -> None:
             STATE.entropy = entropy
         return out
 
+    forward.__wrapped_original__ = orig_forward
     actor_cls.forward = forward
 
 
@@ -634,7 +635,7 @@ def patch_samples_generator(module) -> None:
 def record_generation(drawn: int, kept: int, wanted: int, cap: int, capped: bool) -> None:
     """Add one refill loop's counts to the step's; at the cap, one warning line."""
     g = STATE.generation
-    g["drawn"], g["kept"] = g.get("drawn", 0) + drawn, g.get("kept", 0) + kept
+    g["drawn"], g["kept"], g["wanted"] = g.get("drawn", 0) + drawn, g.get("kept", 0) + kept, wanted
     g["capped"] = g.get("capped", 0) or int(capped)
     if capped:
         print(
@@ -644,14 +645,14 @@ def record_generation(drawn: int, kept: int, wanted: int, cap: int, capped: bool
         )
 
 
-def generation_stats(prompts_per_step: int) -> dict[str, float]:
-    """The step's dynamic-filtering counts (pocket's keys; ``rollout/batches`` = prompts drawn / prompts per step,
-    as upstream refills one prompt at a time), emptied for the next step; none without dynamic filtering."""
+def generation_stats() -> dict[str, float]:
+    """The step's dynamic-filtering counts (pocket's keys; ``rollout/batches`` = prompts drawn / the rollout's
+    prompts, as upstream refills one prompt at a time), emptied for the next step; none without dynamic filtering."""
     g, STATE.generation = STATE.generation, {}
     if not g.get("drawn"):
         return {}
     return {
-        "rollout/batches": g["drawn"] / prompts_per_step,
+        "rollout/batches": g["drawn"] / g["wanted"],
         "rollout/kept_groups": float(g["kept"]),
         "filter/kept_frac": g["kept"] / g["drawn"],
         "filter/gen_cap_hit": float(g["capped"]),
@@ -713,7 +714,7 @@ def patch_ppo_trainer(module) -> None:
     def save_logs_and_checkpoints(self, global_step, logs_dict=None, client_states=None):
         cfg = plugin_config()
         if logs_dict:
-            logs_dict = {**logs_dict, **generation_stats(self.args.rollout.batch_size)}
+            logs_dict = {**logs_dict, **generation_stats()}
             row = bridge.to_harness_metrics(
                 logs_dict,
                 global_step,
