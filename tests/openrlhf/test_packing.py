@@ -264,9 +264,10 @@ def test_a_buffer_short_of_one_mini_batch_trains_nothing_and_says_so(
     configure({"name": "grpo"})
     trainer, _ = _dynamic_trainer(make_trainer, one_rank_group, monkeypatch, max_tokens=16, rows=2)
     before = [p.detach().clone() for p in trainer.actor.parameters()]
-    assert trainer.ppo_train(kl_ctl=0.0) == {}
+    status = trainer.ppo_train(kl_ctl=0.0)
+    assert status == {"harness/update_skipped": 1.0}
     assert all(torch.equal(a, b) for a, b in zip(before, trainer.actor.parameters()))
     assert "2 samples on this GPU fill no mini-batch (--train.batch_size 3" in capsys.readouterr().out
-    row = bridge.to_harness_metrics({"rollout/num_samples": 2.0, "rollout/reward_mean": 0.5}, 4)
-    assert row["update/skipped"] is True
+    row = bridge.to_harness_metrics({**status, "rollout/num_samples": 2.0, "rollout/reward_mean": 0.5}, 4)
+    assert row == {"step": 4, "reward/mean": 0.5, "openrlhf/rollout/num_samples": 2.0, "update/skipped": True}
     assert "update/skipped" not in bridge.to_harness_metrics({"rollout/num_samples": 2.0, "policy_loss": 0.1}, 4)

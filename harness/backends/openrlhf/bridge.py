@@ -31,6 +31,7 @@ PASS_PREFIXES = ("cov/", "selected/", "kl_cov/", "reward/")
 PASS_KEYS = ("rollout/neg_logprob", "entropy/rollout_token_mean")  # the step's rollout measures (plugin)
 # dynamic filtering's counts (plugin.generation_stats), the pocket backend's keys and the cap
 PASS_KEYS += ("rollout/batches", "rollout/kept_groups", "filter/kept_frac", "filter/gen_cap_hit")
+SKIPPED_KEY = "harness/update_skipped"  # the plug-in's mark on a step's status that trained nothing
 
 
 def _number(v):
@@ -75,8 +76,8 @@ def to_harness_metrics(
     if fwd and pad is not None and micro:  # sample-weighted step means of per-row shares: their ratios are exact
         row["batch/pad_frac"] = pad / fwd  # padded / forwarded tokens of the step's training micro-batches
         row["batch/tokens"] = fwd / micro  # tokens a training forward processed, per micro-batch and GPU
-    if "rollout/num_samples" in status and "policy_loss" not in status:  # a step's status without a training step:
-        row[UPDATE_SKIPPED] = True  # dynamic batching trains whole mini-batches only (plugin.warn_short_buffer)
+    if row.pop(f"openrlhf/{SKIPPED_KEY}", None):  # the plug-in's mark: no training step ran (warn_short_buffer)
+        row[UPDATE_SKIPPED] = True
     if "entropy" in row and prev_entropy is not None:
         row["entropy/delta"] = row["entropy"] - prev_entropy
     if wall_s is not None:

@@ -222,8 +222,12 @@ def patch_ppo_actor(module) -> None:
             status = orig_train(self, kl_ctl)
         finally:
             STATE.rollout_step += 1
-        if not status and self.replay_buffer.items and self.args.train.dynamic_batch_enable:
-            warn_short_buffer(self)
+        if not status:  # no training step ran (upstream's dynamic batching takes whole mini-batches only)
+            from harness.backends.openrlhf import bridge
+
+            if self.replay_buffer.items and self.args.train.dynamic_batch_enable:
+                warn_short_buffer(self)
+            status = {bridge.SKIPPED_KEY: 1.0}  # the bridge marks the row update/skipped
         if stats is not None:  # every rank holds the same all-reduced stats, so every rank's state agrees
             status = {**status, **stats}
             m.on_step_end({"step": STATE.rollout_step, **status})  # the pocket row's 1-based step
