@@ -2,7 +2,8 @@
 # GPU smoke test of the OpenRLHF backend on ONE GPU. Two stages; each says what it ran.
 #
 #  1. torch + CUDA only (no vLLM needed): the OpenRLHF CPU suite's training-step and agreement tests on CUDA
-#     (our loss inside OpenRLHF's real ActorPPOTrainer.training_step, global-scope planning, built-in agreement).
+#     (our loss inside OpenRLHF's real ActorPPOTrainer.training_step, global-scope planning, built-in agreement,
+#     the same loss on packed and padded micro-batches).
 #  2. only when vllm and flash_attn import: STEPS steps of a small local model through the whole OpenRLHF path
 #     (Ray, vLLM rollouts, our reward file, our advantages and loss, DeepSpeed update, weight sync) with
 #     METHOD (default kl_cov, scope global), then checks metrics.jsonl / result.json / the HF checkpoint.
@@ -23,6 +24,9 @@ test -x "$PY" || scripts/setup_openrlhf.sh "$VENV"
 echo "== stage 1: plugged loss in OpenRLHF's training_step on CUDA"
 HARNESS_OPENRLHF_TEST_DEVICE=cuda "$PY" -m pytest -q -m openrlhf tests/openrlhf/test_training_step.py \
   tests/openrlhf/test_agreement.py
+echo "== stage 1b: packed vs padded micro-batches on CUDA (flash_attn's own bert_padding helpers when installed)"
+HARNESS_OPENRLHF_TEST_DEVICE=cuda "$PY" -m pytest -q -m openrlhf tests/openrlhf/test_packing.py \
+  -k "packed_micro_batch or pad_fraction or dynamic_micro_batch"
 
 if ! "$PY" -c "import vllm, flash_attn" 2>/dev/null; then
   echo "== stage 2 skipped: vllm/flash_attn not importable in $VENV (pip install -e '.[gpu]' for the full path)"

@@ -83,7 +83,8 @@ def tiny_model_dir(tmp_path_factory) -> str:
 
 @pytest.fixture
 def make_trainer(tiny_model_dir, monkeypatch):
-    """make_trainer(args) -> a real ActorPPOTrainer (patched ppo_actor) around a real openrlhf Actor on CPU."""
+    """make_trainer(args, packing=False) -> a real ActorPPOTrainer (patched ppo_actor) around a real openrlhf Actor on
+    CPU (``packing``: OpenRLHF's sample packing in the Actor's forwards)."""
     from harness.backends.openrlhf import hook
 
     hook.install()
@@ -94,9 +95,10 @@ def make_trainer(tiny_model_dir, monkeypatch):
     monkeypatch.setattr(ppo_actor, "torch_dist_barrier_and_cuda_sync", lambda: None)
     monkeypatch.setattr(ppo_actor, "NaiveReplayBuffer", lambda *a, **k: SimpleNamespace())
 
-    def _make(args, accumulated_gradient=1, seed=0):
+    def _make(args, accumulated_gradient=1, seed=0, packing=False):
         torch.manual_seed(seed)
-        actor = Actor(tiny_model_dir, attn_implementation="eager", param_dtype="bf16").float().to(DEVICE)
+        actor = Actor(tiny_model_dir, attn_implementation="eager", param_dtype="bf16", packing_samples=packing)
+        actor = actor.float().to(DEVICE)
         optim = torch.optim.AdamW(actor.parameters(), lr=1e-2)
         sched = torch.optim.lr_scheduler.LambdaLR(optim, lambda _: 1.0)
         strategy = FakeStrategy(args, accumulated_gradient)

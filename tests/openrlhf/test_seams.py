@@ -92,3 +92,37 @@ def test_checkpoint_seams():
     init_src = inspect.getsource(actor_cls.init_model_from_pretrained)
     assert 'ckpt_path = os.path.join(args.ckpt.path, "_actor")' in init_src
     assert "strategy.load_ckpt(self.actor.model, ckpt_path)" in init_src
+
+
+def test_packing_dynamic_batch_and_filtering_seams():
+    """What the plug-in relies on for packed / dynamic micro-batches and the generation-batch cap: packing lives in
+    Actor.forward (scattered back to (B, A) before the loss); dynamic batching walks the replay buffer's micro-batches
+    in order with optimizer steps marked by dynamic_optimizer_step; the filtering loop draws one replacement prompt
+    from the iterator it is given, and generate_samples ends the episode only on the exhausted flag."""
+    import openrlhf.models.actor as actor_module
+    import openrlhf.trainer.ppo_utils.samples_generator as sg
+    import openrlhf.trainer.ray.ppo_actor as ppo_actor
+    from openrlhf.trainer.ppo_utils.replay_buffer import NaiveReplayBuffer
+
+    def original(fn):
+        return getattr(fn, "__wrapped_original__", fn)
+
+    fwd = inspect.getsource(original(actor_module.Actor.forward))
+    assert "unpad_and_slice_tensor(" in fwd and "gather_and_pad_tensor(log_probs" in fwd
+    train_src = inspect.getsource(original(ppo_actor.ActorPPOTrainer.ppo_train))
+    assert (
+        "micro_batches = ((exp, None) for exp in pbar)" in train_src
+        and "not self.args.train.dynamic_batch_enable" in (train_src)
+    )
+    assert "dynamic_optimizer_step" in inspect.getsource(NaiveReplayBuffer.setup_dynamic_batch)
+    assert _params(NaiveReplayBuffer.collate_fn) == ["self", "batch"]
+    assert _params(original(sg.SamplesGenerator._generate_vllm)) == [
+        "self",
+        "dataloader_iter",
+        "num_prompts",
+        "dynamic_filtering",
+        "generate_kwargs",
+    ]
+    loop = inspect.getsource(original(sg.SamplesGenerator._generate_vllm))
+    assert "_collect_prompt_batch(dataloader_iter, 1)" in loop
+    assert "self._dataloader_iter = None" in inspect.getsource(sg.SamplesGenerator.generate_samples)

@@ -211,6 +211,7 @@ def test_full_argv_golden(tmp_path):
         "bf16",
         "--ds.attn_implementation",
         "flash_attention_2",
+        "--ds.packing_samples",  # openrlhf.packing_samples (default true): no padding in the forwards
         "--actor.gradient_checkpointing_enable",
         "--ckpt.path",
         os.path.join(run, "checkpoints", "openrlhf"),
@@ -228,6 +229,7 @@ def test_full_argv_golden(tmp_path):
         "-1",
     ]
     assert plan.plugin["method"]["name"] == "grpo" and plan.plugin["steps"] == 10
+    assert plan.plugin["max_gen_batches"] is None  # no dynamic filtering: nothing to cap
     assert plan.plugin["run_dir"] == run and len(plan.plugin["run_id"]) == 12
     assert flags.PLUGIN_ENV in plan.env
 
@@ -344,16 +346,29 @@ def test_dry_run_command_shows_env_and_flags(tmp_path):
             "rejected 'drop' is not supported on the OpenRLHF backend",
         ),
         (
-            config(
-                {"name": "kl_cov", "scope": "global"}, openrlhf={"extra_flags": {"--train.dynamic_batch_enable": True}}
-            ),
+            config({"name": "kl_cov", "scope": "global"}, openrlhf={"extra_flags": {"--ds.ring_attn_size": 2}}),
             "scope: global",
         ),
         (
-            config({"name": "entropic"}, openrlhf={"extra_flags": {"--train.dynamic_batch_enable": True}}),
+            config({"name": "entropic"}, openrlhf={"max_tokens_per_gpu": 8192}),
             "entropic weighs each micro-batch by its share of the optimizer-step window",
         ),
         (config({"name": "steer"}, openrlhf={"log_entropy": False}), "steer needs the old policy's entropy"),
+        (
+            config(openrlhf={"extra_flags": {"--train.dynamic_batch_enable": True}}),
+            "--train.dynamic_batch_enable is set by openrlhf.max_tokens_per_gpu",
+        ),
+        (
+            config(openrlhf={"extra_flags": {"--rollout.max_tokens_per_gpu": 4096}}),
+            "--rollout.max_tokens_per_gpu is set by openrlhf.max_tokens_per_gpu",
+        ),
+        (config(openrlhf={"extra_flags": {"--ds.packing_samples": True}}), "is set by openrlhf.packing_samples"),
+        (config(openrlhf={"attn_implementation": "sdpa"}), "packing_samples: true needs a flash_attention kernel"),
+        (config(openrlhf={"max_tokens_per_gpu": 0}), "openrlhf.max_tokens_per_gpu"),
+        (
+            config(openrlhf={"max_tokens_per_gpu": 8192, "packing_samples": False}),
+            "dynamic batches are packed",
+        ),
     ],
 )
 def test_bad_input_errors_before_anything_starts(cfg, match, tmp_path):
@@ -534,3 +549,41 @@ def test_rollout_correction_becomes_upstreams_switch(tmp_path):
     gspo = build_plan(config({"name": "gspo", "rollout_correction": "icepop"}), tmp_path).argv
     assert gspo[gspo.index("--actor.policy_loss_type") + 1] == "ppo"
     assert build_plan(config({"name": "gspo"}), tmp_path).argv.count("gspo") >= 1
+
+
+def test_dynamic_batches_and_the_gen_batch_cap(tmp_path):
+    """openrlhf.max_tokens_per_gpu -> upstream's dynamic batching with that budget for the training and the
+    old-log-prob micro-batches (the official ppo_max_token_len_per_gpu = log_prob_max_token_len_per_gpu); the memory
+    plan counts the budget instead of micro x padded length; train.max_gen_batches reaches the plug-in (its cap)."""
+    cfg = config(dynamic_filtering=True, max_gen_batches=10, openrlhf={"max_tokens_per_gpu": 8192})
+    plan = build_plan(cfg, tmp_path)
+    argv = plan.argv
+    i = argv.index("--train.dynamic_batch_enable")
+    assert argv[i - 2 : i + 5] == [
+        "--train.micro_batch_size",
+        "4",
+        "--train.dynamic_batch_enable",
+        "--train.max_tokens_per_gpu",
+        "8192",
+        "--rollout.max_tokens_per_gpu",
+        "8192",
+    ]
+    assert "--ds.packing_samples" in argv
+    assert plan.plugin["max_gen_batches"] == 10
+    assert "(8192 tokens, dynamic batch)" in "\n".join(plan.memory.lines())
+    # a budget below one sequence (2048 + 1024 tokens): that sequence is a micro-batch of its own
+    small = build_plan(config(openrlhf={"max_tokens_per_gpu": 1000}), tmp_path)
+    assert "(3072 tokens, dynamic batch)" in "\n".join(small.memory.lines())
+    fixed = build_plan(config(openrlhf={"packing_samples": False}), tmp_path).argv
+    assert "--ds.packing_samples" not in fixed and "--train.dynamic_batch_enable" not in fixed
+
+
+def test_packing_and_token_budget_in_the_run_id():
+    """packing changes no number the loss sees (tests/openrlhf/test_packing.py): not in the run id; the token budget
+    changes which samples share a micro-batch (Clip-Cov/KL-Cov select per micro-batch): in the run id when set, and
+    a config that leaves both alone keeps its id (late fields)."""
+    from harness.run.config import load_config
+
+    base = load_config(config()).run_id()
+    assert load_config(config(openrlhf={"packing_samples": False})).run_id() == base
+    assert load_config(config(openrlhf={"max_tokens_per_gpu": 8192})).run_id() != base

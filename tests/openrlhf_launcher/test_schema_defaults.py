@@ -60,6 +60,8 @@ def test_minimal_config_launches_with_the_schema_defaults(tmp_path):
         "--ds.attn_implementation": opts.attn_implementation,
     }
     assert {k: flag(argv, k) for k in expected} == expected
+    assert ("--ds.packing_samples" in argv) is opts.packing_samples  # switches follow their fields too
+    assert ("--train.dynamic_batch_enable" in argv) is (opts.max_tokens_per_gpu is not None)
     # the literal fallbacks flags.py used to carry (lr 1e-6, 1024 new tokens) are not what the schema says
     assert flag(argv, "--actor.adam.lr") != num(1e-6) and flag(argv, "--rollout.max_new_tokens") != "1024"
     # an eval: section at its defaults asks for no in-loop eval on OpenRLHF (evalset.requested)

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from harness.evals.result import SuiteResult
 from harness.io import append_jsonl, read_jsonl
-from harness.run.metrics import add_eval
+from harness.run.metrics import UPDATE_SKIPPED, add_eval
 from harness.run.records import RunResult, result_payload, summarize_metrics, task_label, write_step_eval
 
 # harness key -> OpenRLHF status key (first present wins)
@@ -29,6 +29,9 @@ RENAMES = {
 }
 PASS_PREFIXES = ("cov/", "selected/", "kl_cov/", "reward/", "rollout_correction/")
 PASS_KEYS = ("rollout/neg_logprob", "entropy/rollout_token_mean")  # the step's rollout measures (plugin)
+# dynamic filtering's counts (plugin.generation_stats), the pocket backend's keys and the cap
+PASS_KEYS += ("rollout/batches", "rollout/kept_groups", "filter/kept_frac", "filter/gen_cap_hit")
+SKIPPED_KEY = "harness/update_skipped"  # the plug-in's mark on a step's status that trained nothing
 
 
 def _number(v):
@@ -69,6 +72,12 @@ def to_harness_metrics(
     per_sample, samples = _number(status.get("harness/selected_per_sample")), _number(status.get("rollout/num_samples"))
     if per_sample is not None and samples is not None:
         row["selected/count"] = per_sample * samples  # tokens selected over the step's samples (1 epoch)
+    fwd, pad, micro = (_number(status.get(f"harness/{k}")) for k in ("forward_tokens", "pad_tokens", "micro_batches"))
+    if fwd and pad is not None and micro:  # sample-weighted step means of per-row shares: their ratios are exact
+        row["batch/pad_frac"] = pad / fwd  # padded / forwarded tokens of the step's training micro-batches
+        row["batch/tokens"] = fwd / micro  # tokens a training forward processed, per micro-batch and GPU
+    if row.pop(f"openrlhf/{SKIPPED_KEY}", None):  # the plug-in's mark: no training step ran (warn_short_buffer)
+        row[UPDATE_SKIPPED] = True
     if "entropy" in row and prev_entropy is not None:
         row["entropy/delta"] = row["entropy"] - prev_entropy
     if wall_s is not None:

@@ -29,6 +29,13 @@ EXTRA = "pip install 'entropy-harness[openrlhf]' (GPU: also vllm==0.29.0 and fla
 # quantile baseline stands in for the group mean of `group_norm`
 ESTIMATORS = {"grpo": "group_norm", "rloo": "rloo", "w_reinforce": "reinforce", "qae": "group_norm"}
 ORL_EXTRAS: tuple[str, ...] = ("entropy",)  # advantage-estimator extras this backend produces
+# OpenRLHF flags an ``openrlhf:`` option sets (present or absent): refused in extra_flags, one source of truth
+OPTION_FLAGS = {
+    "--ds.packing_samples": "openrlhf.packing_samples",
+    "--train.dynamic_batch_enable": "openrlhf.max_tokens_per_gpu",
+    "--train.max_tokens_per_gpu": "openrlhf.max_tokens_per_gpu",
+    "--rollout.max_tokens_per_gpu": "openrlhf.max_tokens_per_gpu",
+}
 BUILTIN_EQUIVALENT = ("grpo", "rloo", "clip_higher", "clip_low", "entropy_bonus", "gspo")
 UPSTREAM_EPS_CLIP = 0.2  # OpenRLHF's own --actor.eps_clip_low_high, shown for a method without a PPO clip
 # method -> (OpenRLHF --actor.policy_loss_type, when the method equals it); tests/openrlhf/test_agreement.py
@@ -292,17 +299,22 @@ def check(config) -> None:
     lay = _layout(cfg)
     opts, method = lay.opts, lay.method
     extra_keys = {str(k) for k in opts.extra_flags}
+    owned = sorted(extra_keys & set(OPTION_FLAGS))
+    if owned:
+        raise OpenRLHFConfigError(
+            f"openrlhf.extra_flags: {owned[0]} is set by {OPTION_FLAGS[owned[0]]}; use that key instead"
+        )
     if method.needs_global_plan:
-        bad = extra_keys & {"--train.dynamic_batch_enable", "--ds.ring_attn_size", "--ds.tensor_parallel_size"}
+        bad = extra_keys & {"--ds.ring_attn_size", "--ds.tensor_parallel_size"}
         if bad:
             raise OpenRLHFConfigError(
                 f"method.scope: global selection plans over fixed micro-batch windows; it "
                 f"cannot be combined with {', '.join(sorted(bad))} (use scope: micro_batch)"
             )
-    if method.has_mini_batch_hook and "--train.dynamic_batch_enable" in extra_keys:
+    if method.has_mini_batch_hook and opts.max_tokens_per_gpu is not None:
         raise OpenRLHFConfigError(
             f"method {method.name} weighs each micro-batch by its share of the optimizer-step window, which "
-            f"--train.dynamic_batch_enable hides from the plug-in; remove it from openrlhf.extra_flags"
+            f"dynamic batching (openrlhf.max_tokens_per_gpu) hides from the plug-in; leave max_tokens_per_gpu unset"
         )
     unsupported = extra_keys & {
         "--train.async_enable",
@@ -388,6 +400,7 @@ def to_plan(cfg, run_dir: str | os.PathLike) -> LaunchPlan:
         "seed": seed,
         "steps": int(cfg.train.steps),
         "seed_offset_per_rank": opts.seed_offset_per_rank,
+        "max_gen_batches": int(cfg.train.max_gen_batches) if cfg.train.dynamic_filtering else None,
         "log_entropy": opts.log_entropy,
         "reward": opts.reward,
         "run_id": cfg.run_id(),
@@ -398,7 +411,8 @@ def to_plan(cfg, run_dir: str | os.PathLike) -> LaunchPlan:
     if opts.rehearsal:  # CPU stand-ins for vLLM/CUDA in every process (cpu_rehearsal.py); refused where CUDA is
         env[REHEARSAL_ENV] = "1"
         separate = 0 if opts.colocate else lay.engines * opts.vllm_tp + (lay.world if opts.kl_coef else 0)
-        plugin["rehearsal"] = {"logical_gpus": lay.world + separate}  # Ray's logical GPUs for upstream's bundles
+        # Ray's logical GPUs for upstream's bundles; the CPU kernel the models load (packing forces flash-attention)
+        plugin["rehearsal"] = {"logical_gpus": lay.world + separate, "attn_implementation": opts.attn_implementation}
     env[PLUGIN_ENV] = json.dumps(plugin, sort_keys=True, default=str)
     return LaunchPlan(argv=argv, env=env, plugin=plugin, python=opts.python or sys.executable, memory=lay.mem)
 
@@ -469,8 +483,25 @@ def _batch_flags(cfg, lay: _Layout) -> list[str]:
         str(lay.train_batch),
         "--train.micro_batch_size",
         str(micro),
+        *_dynamic_batch_flags(opts.max_tokens_per_gpu),
         "--train.max_epochs",
         "1",
+    ]
+
+
+def _dynamic_batch_flags(max_tokens: int | None) -> list[str]:
+    """Dynamic batching (``openrlhf.max_tokens_per_gpu``): training and old-log-prob micro-batches of at most that
+    many tokens per GPU, as the official scripts' ``ppo_max_token_len_per_gpu`` / ``log_prob_max_token_len_per_gpu``
+    (the same budget for both)."""
+    if max_tokens is None:
+        return []
+    budget = str(int(max_tokens))
+    return [
+        "--train.dynamic_batch_enable",
+        "--train.max_tokens_per_gpu",
+        budget,
+        "--rollout.max_tokens_per_gpu",
+        budget,
     ]
 
 
@@ -541,6 +572,7 @@ def _placement_flags(cfg, lay: _Layout) -> list[str]:
         param_dtype,
         "--ds.attn_implementation",
         opts.attn_implementation,
+        *(["--ds.packing_samples"] if opts.packing_samples else []),
         *(["--actor.gradient_checkpointing_enable"] if opts.gradient_checkpointing else []),
     ]
 

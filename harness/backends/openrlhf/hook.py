@@ -23,6 +23,7 @@ TARGETS = {
     "openrlhf.trainer.ppo_trainer": "harness.backends.openrlhf.plugin:patch_ppo_trainer",
     "openrlhf.models.actor": "harness.backends.openrlhf.plugin:patch_actor_model",
     "openrlhf.utils.deepspeed.deepspeed": "harness.backends.openrlhf.plugin:patch_strategy",
+    "openrlhf.trainer.ppo_utils.samples_generator": "harness.backends.openrlhf.plugin:patch_samples_generator",
 }
 PATCHED_FLAG = "__harness_patched__"
 REHEARSAL_ENV = "HARNESS_OPENRLHF_REHEARSAL"  # = cpu_rehearsal.ENV (not imported: this module stays stdlib-only)

@@ -203,6 +203,7 @@ class Layout:
     rollout_micro: int  # old-log-prob forward micro-batch
     seq_len: int  # max_prompt_len + max_new_tokens (padded micro-batch length, worst case)
     gradient_checkpointing: bool = True
+    max_tokens_per_gpu: int | None = None  # dynamic batching's token budget (micro-batch_tokens)
     entropy: str = "forward"  # none | forward | grad (see TRAIN_LOGIT_BYTES)
     reference: str = "none"  # none | gpu | cpu: the KL reference model's weights
     dtype_bytes: int = 2  # bf16/fp16 parameters
@@ -279,6 +280,21 @@ class Plan:
         return "; ".join(out)
 
 
+def micro_batch_tokens(micro: int, seq_len: int, max_tokens_per_gpu: int | None = None) -> int:
+    """Tokens of the largest micro-batch a GPU forwards: ``micro`` sequences padded to ``seq_len``, or with dynamic
+    batching (packed) the token budget, or one sequence longer than it (it gets a micro-batch of its own). OpenRLHF
+    balances the budget's bins (Karmarkar-Karp), which can overshoot the budget by part of a sequence: not counted."""
+    if max_tokens_per_gpu is None:
+        return micro * seq_len
+    return max(int(max_tokens_per_gpu), seq_len)
+
+
+def _tokens_detail(micro: int, seq_len: int, max_tokens_per_gpu: int | None) -> str:
+    if max_tokens_per_gpu is None:
+        return f"  ({micro} x {seq_len} tokens)"
+    return f"  ({micro_batch_tokens(micro, seq_len, max_tokens_per_gpu)} tokens, dynamic batch)"
+
+
 def estimate(arch: Architecture, lay: Layout) -> Plan:
     """The per-GPU bytes of every phase (formulas in docs/gpu.md, "Memory plans")."""
     p, w, dp, limit = arch.params, lay.dtype_bytes, lay.world, lay.gpu_gib * GiB
@@ -291,7 +307,8 @@ def estimate(arch: Architecture, lay: Layout) -> Plan:
     reference = w * p / (dp if z3 else 1) if lay.reference == "gpu" else 0.0
     reserve = RESERVE_GIB * GiB
     per_token_layer = 6 * arch.hidden + 2 * arch.kv_heads * arch.head_dim + 4 * arch.intermediate  # saved values
-    tokens, rollout_tokens = lay.micro * lay.seq_len, lay.rollout_micro * lay.seq_len
+    tokens = micro_batch_tokens(lay.micro, lay.seq_len, lay.max_tokens_per_gpu)
+    rollout_tokens = micro_batch_tokens(lay.rollout_micro, lay.seq_len, lay.max_tokens_per_gpu)
     layer = w * tokens * per_token_layer
     if lay.gradient_checkpointing:
         checkpoints = arch.layers * tokens * arch.hidden * w
@@ -313,7 +330,7 @@ def estimate(arch: Architecture, lay: Layout) -> Plan:
             ("reserve", reserve),
         ),
         limit,
-        f"  ({lay.micro} x {lay.seq_len} tokens)",
+        _tokens_detail(lay.micro, lay.seq_len, lay.max_tokens_per_gpu),
     )
     asleep = lay.colocate  # DeepSpeed sleep: optimizer states and gradients on the host outside fit()
     rollout = Phase(
@@ -329,7 +346,7 @@ def estimate(arch: Architecture, lay: Layout) -> Plan:
             ("reserve", reserve),
         ),
         limit,
-        f"  ({lay.rollout_micro} x {lay.seq_len} tokens)",
+        _tokens_detail(lay.rollout_micro, lay.seq_len, lay.max_tokens_per_gpu),
     )
     budget = lay.vllm_util * limit
     vllm_weights = w * p / lay.vllm_tp
@@ -468,6 +485,7 @@ def resolve(
             rollout_micro=opts.rollout_micro_batch_size or micro,
             seq_len=seq_len,
             gradient_checkpointing=opts.gradient_checkpointing,
+            max_tokens_per_gpu=opts.max_tokens_per_gpu,
             entropy=entropy,
             reference=reference,
         )
@@ -478,11 +496,12 @@ def resolve(
     how = f"{chosen} ({'rule for ' + ', '.join(auto) if auto else 'as set'})"
     if not plan.fits:
         hint = (
-            "no setting of ZeRO stage/offload fits: lower train.micro_batch_size or the sequence length, add "
+            "no setting of ZeRO stage/offload fits: lower train.micro_batch_size (openrlhf.max_tokens_per_gpu with "
+            "dynamic batches) or the sequence length, add "
             "nodes, or raise openrlhf.gpu_memory_gb if the GPUs are larger"
             if len(deepspeed_candidates(stage, offload)) == 4
             else "set openrlhf.zero_stage: auto and openrlhf.adam_offload: auto to let the rule choose, or lower "
-            "train.micro_batch_size / the sequence length"
+            "train.micro_batch_size (openrlhf.max_tokens_per_gpu) / the sequence length"
         )
         raise OpenRLHFConfigError(
             f"openrlhf: the memory plan does not fit {opts.gpu_memory_gb:g} GiB per GPU (estimate, docs/gpu.md "

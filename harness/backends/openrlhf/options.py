@@ -44,6 +44,17 @@ class OpenRLHFOptions:
     param_dtype: str = opt("bf16", kind=str, choices=("bf16", "fp16"))
     attn_implementation: str = opt("flash_attention_2", kind=str)
     gradient_checkpointing: bool = opt(True, kind=bool)
+    # packing removes padding from the model's forwards only: per-sample log-probs, masks and the loss are unchanged
+    # (tests/openrlhf/test_packing.py), so it is not in the run id; upstream packs with flash-attention's varlen kernel
+    packing_samples: bool = opt(True, "--ds.packing_samples: micro-batches without padding", measures=False, late=True)
+    # a token budget changes which sequences share a micro-batch, hence Clip-Cov/KL-Cov's per-micro-batch selection
+    max_tokens_per_gpu: int | None = opt(
+        None,
+        "dynamic batching: micro-batches of at most this many tokens per GPU (null: train.micro_batch_size sequences)",
+        kind="int?",
+        low=1,
+        late=True,
+    )
     rollout_micro_batch_size: int | None = opt(
         None, "forward-only micro-batch (log-probs); default: train.micro_batch_size", kind="int?", low=1
     )
@@ -91,6 +102,17 @@ def parse_options(section: Mapping | None) -> OpenRLHFOptions:
         raise OpenRLHFConfigError(
             f"openrlhf.reward: {opts.reward!r} is not allowed. Allowed: "
             f"{', '.join(REWARDS)}, or a path to a .py file defining reward_func"
+        )
+    if opts.packing_samples and not opts.rehearsal and "flash_attention" not in opts.attn_implementation:
+        raise OpenRLHFConfigError(
+            f"openrlhf.packing_samples: true needs a flash_attention kernel (OpenRLHF would switch "
+            f"attn_implementation {opts.attn_implementation!r} to flash_attention_2 silently); set "
+            f"attn_implementation: flash_attention_2, or packing_samples: false"
+        )
+    if opts.max_tokens_per_gpu is not None and not opts.packing_samples:
+        raise OpenRLHFConfigError(
+            "openrlhf.max_tokens_per_gpu: dynamic batches are packed (OpenRLHF turns packing_samples on for them); "
+            "set packing_samples: true, or max_tokens_per_gpu: null"
         )
     if opts.rehearsal and opts.attn_implementation not in REHEARSAL_ATTENTION:
         raise OpenRLHFConfigError(

@@ -14,6 +14,8 @@
   workers' old-log-prob forward (at the rollout temperature: OpenRLHF scales the logits first) goes to the
   estimator (``extras``) and, for ``needs_old_entropy``, into each experience's ``info``.
 * ``BasePPOTrainer.save_logs_and_checkpoints``: appends our ``metrics.jsonl`` line; stops after ``steps``.
+* ``SamplesGenerator._generate_vllm``: DAPO's cap on generation batches (``train.max_gen_batches``) for upstream's
+  dynamic-filtering refills, which have none.
 
 Module globals and class attributes are patched in place (Ray ships actor methods by value; see the
 reference note §15.1), never replaced classes.
@@ -45,6 +47,8 @@ class _State:
         self.prev_entropy = None
         self.rollout_entropy = {}  # row key -> token-mean entropy from the old-log-prob forward
         self.rollout_token_entropy = {}  # row key -> (valid tokens,) entropy, for an estimator that needs it
+        self.window_plan = {}  # dynamic batching, scope: global: micro-batch index -> its slice of the window's plan
+        self.generation = {}  # dynamic filtering since the last logged step (generation_stats)
 
 
 STATE = _State()
@@ -227,8 +231,11 @@ def patch_ppo_actor(module) -> None:
         loss_fn, m = self.actor_loss_fn, method()
         STATE.trainer = self
         loss_fn.experience = experience
+        if m.needs_global_plan and self.args.train.dynamic_batch_enable:
+            experience._harness_selected = dynamic_window_plan(self, step)
         loss_fn.selected = getattr(experience, "_harness_selected", None)
         loss_fn.old_entropy = take_old_entropy(experience)
+        publish_padding(experience, bool(self.args.ds.packing_samples))
         loss_fn.step = STATE.rollout_step
         STATE.capture, STATE.entropy = True, None
         saved_coef = self.args.actor.entropy_coef
@@ -249,6 +256,12 @@ def patch_ppo_actor(module) -> None:
             status = orig_train(self, kl_ctl)
         finally:
             STATE.rollout_step += 1
+        if not status:  # no training step ran (upstream's dynamic batching takes whole mini-batches only)
+            from harness.backends.openrlhf import bridge
+
+            if self.replay_buffer.items and self.args.train.dynamic_batch_enable:
+                warn_short_buffer(self)
+            status = {bridge.SKIPPED_KEY: 1.0}  # the bridge marks the row update/skipped
         if stats is not None:  # every rank holds the same all-reduced stats, so every rank's state agrees
             status = {**status, **stats}
             m.on_step_end({"step": STATE.rollout_step, **status})  # the pocket row's 1-based step
@@ -284,6 +297,50 @@ def take_old_entropy(experience):
         n = min(a, row.shape[-1])
         out[i, :n] = row[:n].float().to(out.device)
     return out
+
+
+def publish_padding(experience, packed: bool) -> None:
+    """The parts of ``batch/pad_frac`` and ``batch/tokens`` for this micro-batch, spread over its rows ((B,):
+    OpenRLHF sums sample-weighted values over the step's micro-batches and ranks; the bridge takes the ratios):
+    tokens the training forward processes (packed: only the real ones; else rows x padded width), of them padding,
+    and 1 per micro-batch."""
+    import torch
+
+    mask = experience.attention_mask
+    rows, real = mask.shape[0], float(mask.sum())
+    forwarded = real if packed else float(mask.numel())
+    for key, value in (("forward_tokens", forwarded), ("pad_tokens", forwarded - real), ("micro_batches", 1.0)):
+        experience.info[f"harness/{key}"] = torch.full((rows,), value / rows, device=mask.device)
+
+
+def dynamic_window_plan(trainer, step: int):
+    """``scope: global`` under dynamic batching: upstream's ``ppo_train`` feeds the replay buffer's token-budget
+    micro-batches in order (no shuffling) and steps the optimizer where ``dynamic_optimizer_step`` is 1. Before the
+    first micro-batch of such a window, the window's micro-batches are collated as upstream collates them and
+    planned at once (:func:`plan_window`); each micro-batch then takes its slice."""
+    buffer = trainer.replay_buffer
+    ends = buffer.dynamic_optimizer_step
+    if step == 0 or ends[step - 1]:
+        last = next(i for i in range(step, len(ends)) if ends[i])
+        window = [buffer.collate_fn([buffer[i]]) for i in range(step, last + 1)]
+        plan_window(window)
+        STATE.window_plan = {step + j: getattr(e, "_harness_selected", None) for j, e in enumerate(window)}
+    return STATE.window_plan.pop(step)
+
+
+def warn_short_buffer(trainer) -> None:
+    """A step whose samples on a GPU fill no mini-batch trains nothing under dynamic batching (upstream's
+    ``setup_dynamic_batch`` takes whole mini-batches only; fixed micro-batches train a partial one): say so once."""
+    import torch.distributed as dist
+
+    rank0 = not (dist.is_available() and dist.is_initialized()) or dist.get_rank() == 0
+    if rank0:
+        print(
+            f"harness: WARNING step {STATE.rollout_step}: {len(trainer.replay_buffer.items)} samples on this GPU fill "
+            f"no mini-batch (--train.batch_size {trainer.args.train.batch_size} over the GPUs); upstream's dynamic "
+            "batching trains whole mini-batches only: no update this step (update/skipped)",
+            flush=True,
+        )
 
 
 def rollout_stats(items) -> dict[str, float]:
@@ -333,6 +390,7 @@ def patch_actor_model(module) -> None:
             STATE.entropy = entropy
         return out
 
+    forward.__wrapped_original__ = orig_forward
     actor_cls.forward = forward
 
 
@@ -605,6 +663,79 @@ def patch_experience_maker(module) -> None:
     cls.compute_advantages_and_returns = compute_advantages_and_returns
 
 
+# ------------------------------------------------------------------------ rollout (dynamic filtering cap)
+class CappedPrompts:
+    """The prompt loader's iterator, ending after ``limit`` prompts: upstream's refill loop then dispatches no more
+    replacements for filtered groups. ``source_exhausted``: the loader itself ended; ``refused``: draws past the cap."""
+
+    def __init__(self, source, limit: int):
+        self.source, self.left, self.source_exhausted, self.refused = source, int(limit), False, 0
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        if self.left <= 0:
+            self.refused += 1
+            raise StopIteration
+        try:
+            batch = next(self.source)  # (index, prompts, labels, images): one prompt (upstream's loader batch 1)
+        except StopIteration:
+            self.source_exhausted = True
+            raise
+        self.left -= len(batch[1])
+        return batch
+
+
+def patch_samples_generator(module) -> None:
+    """``SamplesGenerator._generate_vllm`` with dynamic filtering: the official ``max_num_gen_batches`` (verl's DAPO
+    trainer) as a cap of ``train.max_gen_batches x`` the rollout's prompts drawn for one step. Upstream replaces every
+    filtered group with a new prompt until the batch is full, with no cap; verl raises at its cap, here the step
+    trains on the groups kept so far (as the pocket backend), logs ``filter/gen_cap_hit`` and prints a warning."""
+    cls = module.SamplesGenerator
+    orig = cls._generate_vllm
+
+    def _generate_vllm(self, dataloader_iter, num_prompts, dynamic_filtering, **generate_kwargs):
+        cap = plugin_config().get("max_gen_batches")
+        if not dynamic_filtering or not cap:
+            return orig(self, dataloader_iter, num_prompts, dynamic_filtering, **generate_kwargs)
+        prompts = CappedPrompts(dataloader_iter, int(cap) * int(num_prompts))
+        experiences, drawn, _ = orig(self, prompts, num_prompts, dynamic_filtering, **generate_kwargs)
+        kept = len(experiences) // max(int(self.args.rollout.n_samples_per_prompt), 1)
+        record_generation(drawn, kept, num_prompts, int(cap), prompts.refused > 0)
+        return experiences, drawn, prompts.source_exhausted
+
+    _generate_vllm.__wrapped_original__ = orig
+    cls._generate_vllm = _generate_vllm
+
+
+def record_generation(drawn: int, kept: int, wanted: int, cap: int, capped: bool) -> None:
+    """Add one refill loop's counts to the step's; at the cap, one warning line."""
+    g = STATE.generation
+    g["drawn"], g["kept"], g["wanted"] = g.get("drawn", 0) + drawn, g.get("kept", 0) + kept, wanted
+    g["capped"] = g.get("capped", 0) or int(capped)
+    if capped:
+        print(
+            f"harness: WARNING dynamic filtering reached train.max_gen_batches = {cap}: {drawn} prompts drawn, "
+            f"{kept} of {wanted} groups kept; the step trains on the groups kept",
+            flush=True,
+        )
+
+
+def generation_stats() -> dict[str, float]:
+    """The step's dynamic-filtering counts (pocket's keys; ``rollout/batches`` = prompts drawn / the rollout's
+    prompts, as upstream refills one prompt at a time), emptied for the next step; none without dynamic filtering."""
+    g, STATE.generation = STATE.generation, {}
+    if not g.get("drawn"):
+        return {}
+    return {
+        "rollout/batches": g["drawn"] / g["wanted"],
+        "rollout/kept_groups": float(g["kept"]),
+        "filter/kept_frac": g["kept"] / g["drawn"],
+        "filter/gen_cap_hit": float(g["capped"]),
+    }
+
+
 # ------------------------------------------------------------------------------- checkpoint (state)
 STATE_KEY = "harness_plugin"  # our entry in the policy's DeepSpeed client_state
 
@@ -660,6 +791,7 @@ def patch_ppo_trainer(module) -> None:
     def save_logs_and_checkpoints(self, global_step, logs_dict=None, client_states=None):
         cfg = plugin_config()
         if logs_dict:
+            logs_dict = {**logs_dict, **generation_stats()}
             row = bridge.to_harness_metrics(
                 logs_dict,
                 global_step,

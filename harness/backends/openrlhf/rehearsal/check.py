@@ -178,6 +178,7 @@ def check_cell(run_dir: Path, cfg, resumed_from: int | None = None) -> dict:
     }
     if cfg.method.get("rollout_correction", "off") != "off":
         out["rollout_correction"] = check_correction(run_dir, rows)
+    out.update(_check_batches(run_dir, cfg, rows))
     if resumed_from is not None:
         if "Loading the checkpoint" not in log or f"'global_step': {resumed_from}" not in log:
             _fail(f"{run_dir}: the log shows no resume from global_step{resumed_from} (--ckpt.load_enable)")
@@ -210,6 +211,27 @@ def check_correction(run_dir: Path, rows: list[dict]) -> dict:
             _fail(f"{run_dir}: step {r['step']}: filtered_frac differs from upstream's is_filter_ratio")
     keys = (*CORRECTION_KEYS[:2], "rollout_correction/kl", "rollout_correction/coef_mean")
     return {k: [r.get(k) for r in rows] for k in keys}
+
+
+def _check_batches(run_dir: Path, cfg, rows: list[dict]) -> dict:
+    """Packed forwards pad nothing (``batch/pad_frac`` 0), dynamic micro-batches stay within the token budget (or one
+    sequence), and dynamic filtering logged its generation batches within ``train.max_gen_batches``."""
+    from harness.backends.openrlhf.options import options_of
+
+    opts, train = options_of(cfg), cfg.train
+    out = {"pad_frac": [r.get("batch/pad_frac") for r in rows], "batch_tokens": [r.get("batch/tokens") for r in rows]}
+    if opts.packing_samples and any(r.get("batch/pad_frac") != 0.0 for r in rows):
+        _fail(f"{run_dir}: packed micro-batches with padding: batch/pad_frac {out['pad_frac']}")
+    if opts.max_tokens_per_gpu is not None:
+        bound = max(opts.max_tokens_per_gpu, opts.max_prompt_len + train.max_new_tokens)
+        if any(r.get("batch/tokens") is None or r["batch/tokens"] > bound for r in rows):
+            _fail(f"{run_dir}: batch/tokens {out['batch_tokens']} not within the dynamic budget {bound}")
+    if train.dynamic_filtering:
+        out["gen_batches"] = [r.get("rollout/batches") for r in rows]
+        out["gen_cap_hits"] = sum(r.get("filter/gen_cap_hit", 0.0) for r in rows)
+        if any(b is None or b > train.max_gen_batches for b in out["gen_batches"]):
+            _fail(f"{run_dir}: rollout/batches {out['gen_batches']} beyond train.max_gen_batches")
+    return out
 
 
 def _global_steps(log: str) -> list[str]:

@@ -15,6 +15,10 @@ what cannot run without CUDA. The stand-ins, each as small as it can be (docs/gp
    ``set_device`` -> no-ops, ``init_device_mesh("cuda", ...)`` -> a CPU mesh, ``NaiveReplayBuffer``'s
    ``cuda:<n>`` target device -> the CPU.
 4. Ray: logical GPUs (``ray.init(num_gpus=N)``) so upstream's ``{"GPU": 1}`` placement groups are satisfiable.
+5. Attention: with sample packing upstream's argument check switches the models to ``flash_attention_2`` (a CUDA
+   kernel) -> :func:`patch_actor_attention` loads them with the run's CPU kernel (``sdpa``/``eager``), which packs
+   too: transformers builds a block-diagonal causal mask from the restarting position ids. The packing itself
+   (``flash_attn.bert_padding``'s index helpers) is upstream's, with torch versions of the helpers (``stubs.py``).
 
 Enabled only by the rehearsal switch (``HARNESS_OPENRLHF_REHEARSAL=1``, set by the launcher from
 ``openrlhf.rehearsal: true``); :func:`install` refuses to run where CUDA is available, so a GPU machine never
@@ -75,7 +79,27 @@ TARGETS = {
     "openrlhf.utils.deepspeed.deepspeed": "harness.backends.openrlhf.rehearsal.cpu:patch_strategy_module",
     "openrlhf.trainer.ray.ppo_actor": "harness.backends.openrlhf.rehearsal.cpu:patch_ppo_actor",
     "openrlhf.trainer.ppo_utils.replay_buffer": "harness.backends.openrlhf.rehearsal.cpu:patch_replay_buffer",
+    "openrlhf.models.actor": "harness.backends.openrlhf.rehearsal.cpu:patch_actor_attention",
 }
+
+
+def patch_actor_attention(module) -> None:
+    """``Actor(..., attn_implementation=flash_attention_*)`` -> the rehearsal's CPU kernel (``openrlhf.
+    attn_implementation``, in the plug-in config): upstream forces flash-attention whenever samples are packed."""
+    import json
+
+    from harness.backends.openrlhf.flags import PLUGIN_ENV
+
+    cls = module.Actor
+    real_init = cls.__init__
+    kernel = (json.loads(os.environ.get(PLUGIN_ENV, "{}")).get("rehearsal") or {}).get("attn_implementation", "sdpa")
+
+    def __init__(self, pretrain_or_model, attn_implementation="flash_attention_2", *args, **kwargs):
+        if "flash_attention" in str(attn_implementation):
+            attn_implementation = kernel
+        real_init(self, pretrain_or_model, attn_implementation, *args, **kwargs)
+
+    cls.__init__ = __init__
 
 
 def patch_strategy_module(module) -> None:

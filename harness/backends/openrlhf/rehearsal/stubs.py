@@ -4,7 +4,9 @@ Only for tests and CPU tooling (``HARNESS_OPENRLHF_CPU_STUBS=1`` makes the Ray h
 the CPU rehearsal (``harness.backends.openrlhf.rehearsal.cpu`` installs them, then puts its CPU engine in
 vLLM's engine classes with a version upstream's engine accepts).
 The stubs carry a ``__spec__`` (transformers calls ``importlib.util.find_spec("flash_attn")``); anything that
-would really need the library raises ``RuntimeError`` naming the stub. Never install them on a GPU box.
+would really need the library raises ``RuntimeError`` naming the stub. ``flash_attn.bert_padding``'s four helpers
+are plain tensor indexing, used by OpenRLHF's sample packing around the model: they are given here in torch (as
+flash-attn 2.8.3 defines them), so packed micro-batches run on a CPU. Never install them on a GPU box.
 """
 
 from __future__ import annotations
@@ -20,6 +22,34 @@ def _unavailable(name: str):
         raise RuntimeError(f"{name} is a CPU test stub (harness.backends.openrlhf.rehearsal.stubs); it cannot run here")
 
     return fail
+
+
+def _unpad_input(hidden_states, attention_mask, unused_mask=None):
+    """``flash_attn.bert_padding.unpad_input``: the rows' valid positions flattened, with their indices,
+    cumulative lengths, longest length and used lengths."""
+    import torch
+    import torch.nn.functional as F
+
+    masks = attention_mask + unused_mask if unused_mask is not None else attention_mask
+    seqlens = masks.sum(dim=-1, dtype=torch.int32)
+    indices = torch.nonzero(masks.flatten(), as_tuple=False).flatten()
+    cu_seqlens = F.pad(torch.cumsum(seqlens, dim=0, dtype=torch.int32), (1, 0))
+    flat = hidden_states.reshape(-1, *hidden_states.shape[2:])
+    return flat[indices], indices, cu_seqlens, int(seqlens.max()), attention_mask.sum(dim=-1, dtype=torch.int32)
+
+
+def _pad_input(hidden_states, indices, batch, seqlen):
+    """``flash_attn.bert_padding.pad_input``: scatter the flat rows back to (batch, seqlen, ...), zeros elsewhere."""
+    import torch
+
+    out = torch.zeros(batch * seqlen, *hidden_states.shape[1:], dtype=hidden_states.dtype, device=hidden_states.device)
+    return out.index_put((indices,), hidden_states).reshape(batch, seqlen, *hidden_states.shape[1:])
+
+
+def _rearrange(*args, **kwargs):
+    from einops import rearrange  # what flash_attn.bert_padding re-exports (an OpenRLHF dependency)
+
+    return rearrange(*args, **kwargs)
 
 
 class _SamplingParams:
@@ -45,8 +75,10 @@ def install() -> list[str]:
         "flash_attn": {},
         "flash_attn.utils": {},  # no __path__: flash_attn.ops.* raises ImportError -> OpenRLHF's torch fallback
         "flash_attn.bert_padding": {
-            k: _unavailable(f"flash_attn.bert_padding.{k}")
-            for k in ("index_first_axis", "pad_input", "rearrange", "unpad_input")
+            "index_first_axis": lambda x, indices: x[indices],
+            "pad_input": _pad_input,
+            "rearrange": _rearrange,
+            "unpad_input": _unpad_input,
         },
         "flash_attn.utils.distributed": {"all_gather": _unavailable("flash_attn.utils.distributed.all_gather")},
         "vllm": {
