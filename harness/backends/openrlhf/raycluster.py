@@ -3,24 +3,31 @@
 Task 0 starts the head and runs the driver; every other task starts a worker node. Unlike the usual recipe
 (``ray start --address=HEAD --block`` on workers, then ``ray stop``), which ends every successful run FAILED (a
 blocked worker's ``ray start`` exits 1 once the head's Ray is gone) and stops every Ray on the host, the tasks meet
-through two marker files on the shared run directory, in a folder of their own attempt
-(``<run_dir>/.cluster/<job>.<restart>.<start>/``, the same name in every task of one start of the job, another after
-a requeue or on another cluster):
+through marker files on the shared run directory, in a folder of their own attempt
+(``<run_dir>/.cluster/<job>.<restart>.<start>/``: the same name in every task of one start of the job, another
+after a requeue or on another cluster):
 
 * ``head.addr``: the head's ``ip:port``, written once its ``ray start --head`` returned;
+* ``head.alive``: a counter the head's launcher bumps every ``HEARTBEAT_S``;
 * ``head.rc``: how the head's launcher ended (``completed``, ``requeue`` after the checkpoint its job asked for, or
   ``failed`` with the error), written *before* the head stops its node.
 
 A worker waits for ``head.addr``, starts its node without ``--block``, then polls: ``head.rc`` completed or
-requeue -> it stops its own node and exits 0; failed -> exits 3 (the head's error is the cell's); the head's GCS
-unreachable ``DEAD_AFTER`` polls in a row without a ``head.rc`` -> exits 2 (the head died); its own raylet gone
--> exits 4. Each node's IP is its slurm.conf ``NodeAddr`` (``scontrol show node``): a real cluster's address, and on
-the one-machine test cluster a loopback address of its own (127.0.0.2, 127.0.0.3, ...). The head's port is a free
-one outside Ray's worker-port range and SLURM's ports. Each node has its own short ``--temp-dir``
-(``/tmp/hray-<uid>/<attempt>/<node>``; Ray's socket paths must stay under 108 characters), and a node is stopped
-by selecting the processes of that temp dir (``stop_node``), never with ``ray stop``, which stops every Ray on the
-machine. Ray left on a node by an earlier attempt of the job or by a job that no longer runs
-(``proctrack/linuxproc`` never kills Ray's daemons: they are orphans) is stopped before a node starts.
+requeue -> it stops its own node and exits 0; failed -> exits 3 (the head's error is the cell's); no ``head.rc``
+but the head's GCS unreachable ``DEAD_AFTER`` polls in a row, or ``head.alive`` unchanged for ``HEAD_SILENT_S`` (a
+launcher killed outright leaves its orphaned Ray daemons answering) -> exits 2 (the head died); its own raylet gone
+-> exits 4.
+
+Each node's IP is its slurm.conf ``NodeAddr`` (``scontrol show node``): a real cluster's address, and on the
+one-machine test cluster a loopback address of its own (127.0.0.2, 127.0.0.3, ...). The head's port is a free one
+outside Ray's worker-port range and SLURM's ports. Where several nodes of the job share a host (the rehearsal), each
+node gets a block of Ray's worker ports of its own: raylets on one host hand out ports from the same default range
+independently, and a worker that loses the race for one aborts (seen with five jobs on the test cluster). Each node
+has its own short ``--temp-dir`` (``/tmp/hray-<uid>/<attempt>/<node>``; Ray's socket paths must stay under 108
+characters), and a node is stopped by selecting the processes of that temp dir (``stop_node``), never with ``ray
+stop``, which stops every Ray on the machine. Ray left on a node by an earlier attempt of the job or by a job that
+no longer runs (``proctrack/linuxproc`` never kills Ray's daemons: they are orphans) is stopped before a node
+starts.
 """
 
 from __future__ import annotations
@@ -35,13 +42,16 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
 MARKERS = ".cluster"  # under the run directory
-HEAD_ADDR, HEAD_RC = "head.addr", "head.rc"
+HEAD_ADDR, HEAD_RC, HEAD_ALIVE = "head.addr", "head.rc", "head.alive"
+HEARTBEAT_S, HEAD_SILENT_S = 5.0, 120.0  # generous: a shared file system may cache what a worker reads for ~60 s
 TMP_ENV = "HARNESS_RAY_TMP"  # root of the nodes' Ray temp dirs (default /tmp/hray-<uid>)
 RAY_WORKER_PORTS = range(10002, 20000)  # Ray's default --min/--max-worker-port
+WORKER_PORT_BLOCK = 500  # one node's share where several share a host
 HEAD_PORTS = range(6380, 10000)  # below the worker ports, above the well-known ones
 EXIT_HEAD_LOST, EXIT_HEAD_FAILED, EXIT_RAYLET_LOST = 2, 3, 4
 WORKER_EXITS = {
@@ -66,13 +76,9 @@ def _field(text: str, key: str) -> str | None:
     return next((t.split("=", 1)[1] for t in text.split() if t.startswith(key + "=")), None)
 
 
-def node_addr(node: str) -> str:
-    """The node's ``NodeAddr`` in slurm.conf (its own IP; falls back to the node name)."""
-    return _field(scontrol("show", "node", node, "-o"), "NodeAddr") or node
-
-
 class Attempt:
-    """This task's place in one start of the SLURM job: rank, node, IPs, and the attempt's name."""
+    """This task's place in one start of the SLURM job: rank, node, its IP (slurm.conf ``NodeAddr``), the head's, and
+    the attempt's name."""
 
     def __init__(self, env=os.environ):
         self.job_id = env["SLURM_JOB_ID"]
@@ -83,9 +89,21 @@ class Attempt:
         started = _field(scontrol("show", "job", self.job_id, "-o"), "StartTime") or ""
         # job ids restart at 1 on a new cluster and a requeue keeps the id: the start time tells attempts apart
         self.name = f"{self.job_id}.{self.restart}.{hashlib.sha1(started.encode()).hexdigest()[:6]}"
-        self.ip = node_addr(self.node)
-        self.head_ip = self.ip if self.nodes[0] == self.node else node_addr(self.nodes[0])
+        shown = {n: scontrol("show", "node", n, "-o") for n in self.nodes}
+        self.ip = _field(shown[self.node], "NodeAddr") or self.node
+        self.head_ip = _field(shown[self.nodes[0]], "NodeAddr") or self.nodes[0]
+        self.shared_host = len({_field(t, "NodeHostName") for t in shown.values()}) < len(self.nodes)
         self.temp_dir = tmp_root() / self.name / self.node
+
+    def worker_port_flags(self) -> list[str]:
+        """Ray's worker-port range of this node: the default on a host of its own; where several nodes of the job
+        share a host, a block of its own (consecutive jobs of one size get consecutive blocks)."""
+        if not self.shared_host:
+            return []
+        blocks = len(RAY_WORKER_PORTS) // WORKER_PORT_BLOCK
+        index = self.nodes.index(self.node)
+        lo = RAY_WORKER_PORTS.start + ((int(self.job_id) * len(self.nodes) + index) % blocks) * WORKER_PORT_BLOCK
+        return [f"--min-worker-port={lo}", f"--max-worker-port={lo + WORKER_PORT_BLOCK - 1}"]
 
 
 def tmp_root() -> Path:
@@ -163,7 +181,7 @@ def _ray_start(args: list[str], attempt: Attempt, resources: list[str], out: Pat
     """``ray start ...`` (never ``--block``) for this task's node; RuntimeError with its output when it fails."""
     attempt.temp_dir.mkdir(parents=True, exist_ok=True)
     cmd = [ray_cli(), "start", *args, f"--node-ip-address={attempt.ip}", f"--temp-dir={attempt.temp_dir}"]
-    cmd += [*resources, "--disable-usage-stats"]
+    cmd += [*attempt.worker_port_flags(), *resources, "--disable-usage-stats"]
     with open(out, "w") as f:
         proc = subprocess.run(cmd, stdout=f, stderr=subprocess.STDOUT)
     if proc.returncode != 0:
@@ -276,6 +294,7 @@ class Head:
         self.markers = marker_dir(run_dir, self.attempt)
         self.address: str | None = None
         self.status: str | None = None
+        self._beating = threading.Event()  # set: the heartbeat stops
 
     def __enter__(self) -> Head:
         self.start()
@@ -318,9 +337,17 @@ class Head:
             self.stop("failed", str(e).splitlines()[0])
             raise
         self.address = f"{a.ip}:{port}"
+        threading.Thread(target=self._heartbeat, daemon=True).start()
         _write_marker(self.markers / HEAD_ADDR, {"address": self.address, "node": a.node, "time": time.time()})
         log(f"head {a.node}: up in {time.time() - t0:.1f} s; {len(a.nodes) - 1} worker node(s) to join")
         return self.address
+
+    def _heartbeat(self) -> None:
+        beat = 0
+        while not self._beating.wait(HEARTBEAT_S if beat else 0):
+            beat += 1
+            with contextlib.suppress(OSError):
+                _write_marker(self.markers / HEAD_ALIVE, {"beat": beat})
 
     def wait_for_nodes(self, timeout_s: float = JOIN_TIMEOUT_S) -> None:
         import ray
@@ -337,6 +364,7 @@ class Head:
 
     def stop(self, status: str, error: str = "") -> None:
         """head.rc first (a worker reads it and ends), then this node's Ray."""
+        self._beating.set()
         self.markers.mkdir(parents=True, exist_ok=True)
         _write_marker(self.markers / HEAD_RC, {"status": status, "error": error[-2000:], "time": time.time()})
         t0 = time.time()
@@ -393,12 +421,19 @@ def _raylet(temp_dir: Path):
 
 def _lend_node(a: Attempt, markers: Path, address: str) -> int:
     raylet, misses = _raylet(a.temp_dir), 0
+    beat, beat_seen = None, time.monotonic()
     while True:
         rc = read_marker(markers / HEAD_RC)
         if rc is not None:
             status = rc.get("status")
             log(f"worker {a.node}: the head ended: {status}")
             return 0 if status in ("completed", "requeue") else EXIT_HEAD_FAILED
+        now = (read_marker(markers / HEAD_ALIVE) or {}).get("beat")
+        if now != beat:
+            beat, beat_seen = now, time.monotonic()
+        elif time.monotonic() - beat_seen > HEAD_SILENT_S and read_marker(markers / HEAD_RC) is None:
+            log(f"worker {a.node}: the head's launcher went silent ({HEAD_ALIVE} unchanged for {HEAD_SILENT_S:.0f} s)")
+            return EXIT_HEAD_LOST
         if gcs_up(address):
             misses = 0
             if raylet is not None and not raylet.is_running():
