@@ -135,6 +135,7 @@ def ray_cells(slurm_multinode_cluster, tmp_path_factory):
     subprocess.run(["scancel", *{job_of(d).split("_")[0] for d in dirs.values()}])
 
 
+@pytest.mark.timeout(900)
 def test_ray_spans_both_nodes_and_every_step_completes(ray_cells):
     dirs, follower = ray_cells
     d = dirs["ray:ok"]
@@ -149,6 +150,7 @@ def test_ray_spans_both_nodes_and_every_step_completes(ray_cells):
     assert not (d / C.JOB_ERROR_FILE).exists() and not ray_left(job_of(d))
 
 
+@pytest.mark.timeout(900)
 def test_a_failing_head_fails_the_cell_with_its_own_error(ray_cells):
     dirs, follower = ray_cells
     d = dirs["ray:head_raises"]
@@ -164,6 +166,7 @@ def test_a_failing_head_fails_the_cell_with_its_own_error(ray_cells):
     assert not ray_left(job_of(d))
 
 
+@pytest.mark.timeout(900)
 def test_a_head_that_dies_ends_its_worker_too(ray_cells):
     dirs, follower = ray_cells
     d = dirs["ray:head_dies"]
@@ -237,6 +240,7 @@ def rehearsal(slurm_multinode_cluster, assets, tmp_path_factory):
     subprocess.run(["scancel", *{job_of(d) for d in dirs.values()}])
 
 
+@pytest.mark.timeout(2700)  # minutes each on an idle 2-core machine, far more under load
 def test_the_two_node_rehearsal_cell_trains_evaluates_and_exports(rehearsal, capsys):
     dirs, follower = rehearsal
     d = dirs["rehearsal-2n"]
@@ -265,6 +269,7 @@ def test_the_two_node_rehearsal_cell_trains_evaluates_and_exports(rehearsal, cap
     assert not [p for p in seen if not p[2]], "processes of the run without SIGUSR2 ignored"
 
 
+@pytest.mark.timeout(2700)  # minutes each on an idle 2-core machine, far more under load
 def test_a_warned_two_node_cell_checkpoints_is_requeued_and_resumes_there(rehearsal):
     dirs, follower = rehearsal
     d = dirs["rehearsal-2n-warned"]
