@@ -200,6 +200,9 @@ def two_node_spec(assets: Path, name: str, steps: int) -> dict:
     base["openrlhf"]["nodes"] = 2
     base["train"]["steps"] = steps
     base["logging"] = {"progress": False}
+    # rehearsal.yaml's 20-minute limit would cut (and requeue) a cell that loads slowly on a busy 2-core machine:
+    # at load 20 one attempt logged no step in 19 minutes; only the warned test's own signal may requeue here
+    spec["resources"]["default"]["timeout_min"] = 120
     return {**spec, "name": name, "grid": {"method": [{"name": "grpo"}]}, "seeds": [0]}
 
 
