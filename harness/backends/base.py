@@ -45,7 +45,9 @@ class Backend:
     packages: ClassVar[tuple[str, ...]] = ()  # distributions whose versions a run's provenance records
     # what callers may ask for: "auxiliary_model" (PRIME's PRM), "entropy_after_update", "in_loop_suites"
     # (eval.suites scored during training), "places_workers" (starts its own multi-GPU/multi-node workers),
-    # "policy_sampler" (policy_sampler(config, run_dir): a finished run's policy as a sampler, for analyses)
+    # "policy_sampler" (policy_sampler(config, run_dir): a finished run's policy as a sampler, for analyses),
+    # "checkpoint_on_request" (train() honours harness.run.preempt's request: it checkpoints at the next step
+    # boundary and stops with KeyboardInterrupt, so a sweep job requeues only then; harness/sweeps/preemption.py)
     capabilities: ClassVar[frozenset[str]] = frozenset()
 
     def build_section(self, path: str, value) -> Any:

@@ -1,10 +1,12 @@
 """What runs inside a sweep job: ``CellJob(cell_dir)`` trains one cell and can be requeued by submitit.
 
 The job calls ``harness.run.runner.run(load_config(cell_dir/"config.yaml"), cell_dir)``; the runner resumes from
-``cell_dir/checkpoints`` when present. On time-out or preemption submitit sends USR2, calls
-``CellJob.checkpoint``, which resubmits the same cell, and requeues the job: the next attempt continues from
-the run's last checkpoint. When the target raises, the traceback goes to ``cell_dir/job_error.json`` (for
-``harness status``) before the exception reaches submitit.
+``cell_dir/checkpoints`` when present. On time-out or preemption SLURM sends USR2: for a backend that saves on
+request the run first checkpoints at its next step boundary (harness/sweeps/preemption.py), then submitit calls
+``CellJob.checkpoint``, which resubmits the same cell, and requeues the job: the next attempt continues from that
+checkpoint. When the target raises on the head task (task 0), the traceback goes to ``cell_dir/job_error.json``
+(for ``harness status``) before the exception reaches submitit; another task's error stays in its own log and
+result pickle (a worker fails when its head does: the head's error is the cell's).
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import os
 import socket
 import time
 import traceback
+from contextlib import nullcontext
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +32,7 @@ def train_cell(cell_dir: str | Path) -> dict:
     from harness.backends import IDLE, WORKER, get_backend
     from harness.run.config import load_config
     from harness.run.runner import run
+    from harness.sweeps.preemption import deferred_requeue
 
     cell_dir = Path(cell_dir)
     config = load_config(cell_dir / "config.yaml")
@@ -40,8 +44,10 @@ def train_cell(cell_dir: str | Path) -> dict:
         return {"status": "worker"}
     if role == IDLE:  # a task of a multi-node job the backend has no use for
         return {"status": "idle"}
+    defer = deferred_requeue(cell_dir) if "checkpoint_on_request" in backend.capabilities else nullcontext()
     try:
-        with signals_interrupt():  # submitit's job process ignores SIGTERM: a sweep's stop would wait for the run
+        # submitit's job process ignores SIGTERM: a sweep's stop would wait for the run; SLURM's USR2 -> checkpoint
+        with signals_interrupt(), defer:
             result = run(config, cell_dir)
     except KeyboardInterrupt:  # stopped by its sweep (SIGTERM/Ctrl-C): checkpointed, resumes on resubmit; no traceback
         return {"status": "interrupted"}
@@ -68,12 +74,18 @@ class CellJob(submitit.helpers.Checkpointable):
         try:
             return resolve_target(self.target)(cell_dir)
         except Exception as e:  # noqa: BLE001 - recorded, then re-raised; SystemExit is submitit's requeue
-            _write_job_error(Path(cell_dir), e)
+            if task_rank() == 0:  # the head's error is the cell's; a worker's must not overwrite it
+                _write_job_error(Path(cell_dir), e)
             raise
 
     def checkpoint(self, cell_dir: str) -> submitit.helpers.DelayedSubmission:
         """Requeue the same cell; the run itself resumes from its last checkpoint."""
         return submitit.helpers.DelayedSubmission(CellJob(self.target), cell_dir)
+
+
+def task_rank() -> int:
+    """This task's rank in a (multi-node) job: 0 on the head, and outside SLURM."""
+    return int(os.environ.get("SLURM_PROCID", "0") or 0)
 
 
 def _write_job_error(cell_dir: Path, exc: BaseException) -> None:
@@ -86,6 +98,7 @@ def _write_job_error(cell_dir: Path, exc: BaseException) -> None:
             cell_dir / "job_error.json",
             {
                 "job_id": job_id,
+                "attempt": int(os.environ.get("SLURM_RESTART_COUNT", "0") or 0),  # a requeued job's later starts
                 "host": socket.gethostname(),
                 "pid": os.getpid(),
                 "time": time.time(),

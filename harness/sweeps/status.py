@@ -186,7 +186,8 @@ def _cell_status(d: Path, slurm: dict[str, str] | None) -> CellStatus:
         st.detail = "not submitted"
         return st
     job_error = C.read_json(d / C.JOB_ERROR_FILE)
-    if job_error is not None:
+    out_again = job.get("executor") == "slurm" and (slurm or {}).get(job["job_id"]) in _PENDING + _RUNNING
+    if job_error is not None and not out_again:  # a requeued job's later attempt runs: not its earlier error
         st.state, st.detail = "failed", job_error.get("error", "job raised")
         st.tail = "".join(job_error.get("traceback", [])).splitlines()[-8:]
         if _job_paths(job).stderr.exists():

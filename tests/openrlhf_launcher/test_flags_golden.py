@@ -422,64 +422,21 @@ def test_backend_module_imports_without_openrlhf():
     subprocess.run([sys.executable, "-c", code], check=True)
 
 
-def test_slurm_worker_task_returns_the_heads_result(tmp_path, monkeypatch):
-    """Non-head tasks of a multi-node job run the same launch (they join the head's Ray and block), then
-    return what the head task wrote instead of writing a result of their own."""
-    import json
-    import subprocess
-    import threading
-    import time
+def test_the_ray_head_port_avoids_slurm_ray_workers_and_busy_ports():
+    """The head's port (raycluster.free_port): below Ray's worker ports (10002-19999), never one of SLURM's ports
+    (``avoid``: 6817-6819 lie in the range), never one something listens on; the search starts at the seed."""
+    import socket
 
-    from harness.backends.openrlhf import runner
+    from harness.backends.openrlhf import raycluster
 
-    monkeypatch.setenv("SLURM_NNODES", "4")
-    monkeypatch.setenv("SLURM_PROCID", "2")
-    monkeypatch.delenv("RAY_ADDRESS", raising=False)
-    monkeypatch.setattr(runner, "require_openrlhf", lambda: None)
-    run_dir = tmp_path / "run"
-    run_dir.mkdir()
-    (run_dir / "result.json").write_text(json.dumps({"status": "failed", "old": True}))  # a stale attempt
-    old = time.time() - 100
-    import os
-
-    os.utime(run_dir / "result.json", (old, old))
-    calls = []
-
-    def head_finishes():
-        time.sleep(0.3)
-        (run_dir / "result.json").write_text(json.dumps({"status": "completed", "steps": 3}))
-
-    def fake_run(cmd, env, stdout, stderr):  # the worker's launch returns when the head stops Ray ...
-        calls.append(cmd)
-        threading.Thread(target=head_finishes).start()  # ... and the head writes its result a bit later
-        return subprocess.CompletedProcess(cmd, 0)
-
-    monkeypatch.setattr(runner.subprocess, "run", fake_run)
-    monkeypatch.setattr(runner, "POLL_S", 0.05)
-    fields = runner.train(config(), run_dir)
-    assert fields == {"steps": 3}
-    assert calls and calls[0][2] == "harness.backends.openrlhf.launch"
-    assert (run_dir / "openrlhf.task2.log").exists()
-
-
-def test_slurm_non_head_task_joins_the_head(monkeypatch):
-    import subprocess
-    import sys
-    import types
-
-    from harness.backends.openrlhf import launch
-
-    monkeypatch.setitem(sys.modules, "ray", types.ModuleType("ray"))  # not touched on a worker task
-    monkeypatch.setenv("SLURM_PROCID", "3")
-    monkeypatch.setenv("SLURM_JOB_ID", "1234")
-    calls = []
-    monkeypatch.setattr(
-        launch.subprocess, "run", lambda cmd, **k: calls.append(cmd) or subprocess.CompletedProcess(cmd, 0)
-    )
-    with pytest.raises(SystemExit) as done:
-        launch.join_or_start_cluster(["node0", "node1", "node2", "node3"])
-    assert done.value.code == 0
-    assert calls == [["ray", "start", "--address=node0:6613", "--block"]]  # port 6379 + job id % 1000
+    start = raycluster.HEAD_PORTS.start
+    assert raycluster.HEAD_PORTS.stop <= raycluster.RAY_WORKER_PORTS.start
+    first = raycluster.free_port({6817, 6818, 6819}, 6817 - start)
+    assert first >= 6820
+    with socket.socket() as busy:
+        busy.bind(("", first))
+        busy.listen()
+        assert raycluster.free_port({6817, 6818, 6819}, 6817 - start) > first
 
 
 def test_eval_dataset_flags_and_protocol(tmp_path):

@@ -8,6 +8,7 @@ second submission skips the finished cells.
 """
 
 import json
+import re
 import subprocess
 import time
 
@@ -23,6 +24,7 @@ from harness.sweeps.submit import submit_cells, wait_for
 from tests.helpers import sweep_targets as testing
 
 pytestmark = pytest.mark.slurm
+STOPPED = re.compile(r"interrupted \(checkpoint requested by the job\) after step (\d+)")  # pocket's train.log
 TARGET = "tests.helpers.sweep_targets:behave"
 MIXED = {
     "name": "mixed",
@@ -55,6 +57,26 @@ def wait_until(pred, timeout_s: float, what: str, poll_s: float = 0.5):
             return value
         time.sleep(poll_s)
     raise AssertionError(f"timed out after {timeout_s:.0f} s waiting for {what}")
+
+
+@pytest.fixture(scope="module", autouse=True)
+def time_limited(slurm_cluster, tmp_path_factory):
+    """A pocket cell under a real 3-minute limit with SLURM's warning 100 s before it, submitted before the other
+    tests so that the warning (it comes up to ~30 s late: slurmctld checks periodically) arrives while they run."""
+    runs = tmp_path_factory.mktemp("time-limit")
+    spec = load_spec(
+        {
+            "name": "pocket-time-limit",
+            "base": testing.tiny_pocket_base(steps=100000, checkpoint_every=100000),
+            "seeds": [0],
+            "resources": {"default": {"partition": "debug", "timeout_min": 3, "signal_delay_s": 100}},
+        }
+    )
+    (cell,) = expand(spec)
+    d = C.materialise(cell, runs, spec.name)
+    submit_cells([cell], runs, "slurm", sweep=spec.name, progress=False)
+    yield d
+    subprocess.run(["scancel", C.last_job(d)["job_id"]])
 
 
 @pytest.fixture(scope="module")
@@ -117,13 +139,15 @@ def test_requeue_resumes_from_the_checkpoint(mixed):
     assert C.last_job(d)["job_id"] == job["job_id"]  # same job, requeued; identity never moved
 
 
-def test_a_requeued_pocket_run_resumes_from_its_checkpoint(slurm_cluster, tmp_path):
-    """A real pocket cell gets submitit's time-out signal mid-run: requeued, resumed from checkpoints/latest.pt."""
+def test_a_pocket_run_checkpoints_on_the_warning_signal_and_resumes_there(slurm_cluster, tmp_path):
+    """A real pocket cell gets SLURM's time-limit warning (USR2 to the job's steps, as `--signal=USR2@N` sends it)
+    mid-run, with no periodic checkpoint due (checkpoint_every 1000): it finishes its step, saves, the job is
+    requeued and resumes from exactly that step: no step lost, none trained twice, each metrics row once."""
     spec = load_spec(
         {
             "name": "pocket-requeue",
             "base": {
-                **testing.tiny_pocket_base(steps=300, checkpoint_every=2),
+                **testing.tiny_pocket_base(steps=300, checkpoint_every=1000),
                 "method": {"name": "kl_cov", "k_ratio": 0.2},
             },
             "seeds": [0],
@@ -134,22 +158,28 @@ def test_a_requeued_pocket_run_resumes_from_its_checkpoint(slurm_cluster, tmp_pa
     d = C.materialise(cell, tmp_path, spec.name)
     report = submit_cells([cell], tmp_path, "slurm", sweep=spec.name, progress=False)
     metrics = d / "metrics.jsonl"
-    wait_until(
-        lambda: (d / "checkpoints").is_dir() and metrics.exists() and len(metrics.read_text().splitlines()) >= 6,
-        120,
-        "6 pocket steps",
-    )
+    wait_until(lambda: metrics.exists() and len(metrics.read_text().splitlines()) >= 6, 120, "6 pocket steps")
     job = C.last_job(d)
-    submitit.SlurmJob(folder=job["folder"], job_id=job["job_id"])._interrupt(timeout=True)
+    subprocess.run(["scancel", "--signal=USR2", job["job_id"]], check=True)  # = submitit's _interrupt(timeout=True)
+    logged_at_signal = len(metrics.read_text().splitlines())
     st = wait_until(lambda: (s := state(d)).state in ("done", "failed") and s, 240, "the requeued pocket cell")
     assert st.state == "done", st.detail
     res = result(d)
     assert res["status"] == "completed" and res["run_id"] == cell.id and res["steps"] == 300
     log = (d / "train.log").read_text()
-    assert "resumed from" in log and log.count(f"run {cell.id}") == 2  # two attempts, the second resumed
-    steps = [json.loads(line)["step"] for line in metrics.read_text().splitlines()]
-    assert steps == list(range(1, 301))  # replayed steps were dropped: one row per step
+    stopped = int(STOPPED.search(log).group(1))
+    assert f"resumed from {d / 'checkpoints' / 'latest.pt'} at step {stopped}" in log
+    assert log.count(f"run {cell.id}") == 2 and stopped >= logged_at_signal  # nothing trained before it is lost
+    rows = [json.loads(line) for line in metrics.read_text().splitlines()]
+    assert [r["step"] for r in rows] == list(range(1, 301))
+    # the attempts meet at the saved step: rows up to it come from the first (time/wall counts from an attempt's
+    # start), the next row from the second, which started over
+    wall = [r["time/wall"] for r in rows]
+    assert all(wall[i] < wall[i + 1] for i in range(stopped - 1)) and wall[stopped] < wall[stopped - 1]
+    print(f"step trace: USR2 at {logged_at_signal} rows; checkpoint of step {stopped}; resumed at step {stopped + 1}")
+    print(f"  time/wall around it: {[(r['step'], round(r['time/wall'], 2)) for r in rows[stopped - 3 : stopped + 3]]}")
     assert C.last_job(d)["job_id"] == report.job_ids[cell.id]
+    assert not (d / C.JOB_ERROR_FILE).exists()
 
 
 def test_pocket_sweep_on_slurm_refused_group_and_second_submission(slurm_cluster, tmp_path, capsys):
@@ -214,3 +244,20 @@ def test_time_limits_are_detected_and_nothing_hangs(mixed):
     h = by[mixed["hang"]]
     assert h.state == "failed" and h.detail.startswith("TIMEOUT")
     assert any("TIME LIMIT" in line or "DUE TO TIME" in line for line in h.tail)
+
+
+def test_a_real_time_limit_warning_checkpoints_and_requeues_a_pocket_run(time_limited):
+    """SLURM's own timer: the first attempt saves the step it is in when the warning comes and is requeued; the
+    second resumes there (the limit persists across requeues: it would be warned again; the test cancels it)."""
+    d, log = time_limited, time_limited / "train.log"
+    job = C.last_job(d)["job_id"]
+    found = wait_until(lambda: log.exists() and STOPPED.search(log.read_text()), 300, "the warning's checkpoint")
+    stopped = int(found.group(1))
+    resumed = f"resumed from {d / 'checkpoints' / 'latest.pt'} at step {stopped}"
+    try:
+        wait_until(lambda: resumed in log.read_text(), 180, f"the second attempt to resume at step {stopped}")
+    finally:
+        subprocess.run(["scancel", job])
+    assert stopped > 0
+    attempts = subprocess.run(["sacct", "-nXPD", "-j", job, "-o", "State"], capture_output=True, text=True).stdout
+    assert attempts.split()[0] == "REQUEUED"

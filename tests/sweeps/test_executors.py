@@ -118,6 +118,37 @@ def test_states_from_files_alone(tmp_path):
     assert cell_status(d, slurm={"123_4": "CANCELLED"}).state == "done"
 
 
+def test_an_earlier_attempts_error_is_no_verdict_while_the_requeued_job_runs(tmp_path):
+    """A requeued SLURM job keeps its id: while sacct says it is out again, job_error.json (of an earlier attempt)
+    does not make the cell failed; once the job ended it names the failure."""
+    cells = make(tmp_path, ["ok"])
+    d = C.cell_dir(tmp_path, cells[0])
+    C.record_job(d, "77", "slurm", tmp_path / "_submitit" / "x", "g0")
+    (d / C.JOB_ERROR_FILE).write_text(json.dumps({"job_id": "77", "attempt": 0, "error": "RuntimeError: attempt 0"}))
+    assert cell_status(d, slurm={"77": "RUNNING"}).state == "running"
+    assert cell_status(d, slurm={"77": "REQUEUED"}).state == "pending"
+    st = cell_status(d, slurm={"77": "FAILED"})
+    assert st.state == "failed" and st.detail == "RuntimeError: attempt 0"
+    assert cell_status(d, slurm=None).state == "failed"  # no scheduler answer: the error file is all there is
+
+
+def test_only_the_head_task_records_the_job_error(tmp_path, monkeypatch):
+    """In a multi-node job every task runs the target; a worker's exception (it fails because its head did) must
+    not overwrite the head's job_error.json."""
+    from harness.sweeps.job import CellJob
+
+    cells = make(tmp_path, ["raise"])
+    d = C.cell_dir(tmp_path, cells[0])
+    monkeypatch.setenv("SLURM_PROCID", "1")
+    with pytest.raises(RuntimeError):
+        CellJob(TARGET)(str(d))
+    assert not (d / C.JOB_ERROR_FILE).exists()
+    monkeypatch.setenv("SLURM_PROCID", "0")
+    with pytest.raises(RuntimeError):
+        CellJob(TARGET)(str(d))
+    assert "behaviour 'raise'" in json.loads((d / C.JOB_ERROR_FILE).read_text())["error"]
+
+
 def test_local_executor_refuses_multi_node_cells(tmp_path):
     cells = make(tmp_path, ["ok"], resources={"default": {"nodes": 2}})
     with pytest.raises(ValueError, match="local executor runs on one machine"):

@@ -19,7 +19,7 @@ class OpenRLHFBackend(Backend):
     name = "openrlhf"
     sections = {"openrlhf": options.OpenRLHFOptions}
     recorded_by_every_run = ("openrlhf",)  # a core section when run ids were published: every run records it
-    capabilities = frozenset({"in_loop_suites", "places_workers"})
+    capabilities = frozenset({"in_loop_suites", "places_workers", "checkpoint_on_request"})
     run_files = ("openrlhf.log", "openrlhf.task*.log")  # the launcher's log; one per SLURM task of a multi-node run
     packages = ("openrlhf",)
 

@@ -1,13 +1,17 @@
 """Start OpenRLHF with the harness hook: ``python -m harness.backends.openrlhf.launch RUN_DIR -- <flags>``.
 
-Starts (or joins, with ``RAY_ADDRESS``; on a multi-node SLURM allocation task 0 starts a head and the other
-tasks join it) Ray with ``worker_process_setup_hook`` = our hook and the plugin config
-in every worker's environment, then runs OpenRLHF's own entry point (``openrlhf.cli.train_ppo_ray`` as
-``__main__``, so all its argument validation applies). ``train()`` skips its ``ray.init`` when Ray is up.
+Starts (or joins, with ``RAY_ADDRESS``) Ray with ``worker_process_setup_hook`` = our hook and the plugin config in
+every worker's environment, then runs OpenRLHF's own entry point (``openrlhf.cli.train_ppo_ray`` as ``__main__``, so
+all its argument validation applies). ``train()`` skips its ``ray.init`` when Ray is up. On a multi-node SLURM
+allocation (one task per node) task 0 starts the Ray head and runs OpenRLHF, the other tasks lend their nodes until
+the head's launcher ends (``raycluster.py``: markers on the run directory, no ``--block``, no ``ray stop``). When the
+plug-in stopped after the checkpoint the job asked for (harness/run/preempt.py) the launcher exits with
+``CHECKPOINTED_EXIT`` instead of failing.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import runpy
@@ -16,10 +20,13 @@ import sys
 import time
 from pathlib import Path
 
+from harness.backends.openrlhf import raycluster
 from harness.backends.openrlhf.flags import EXTRA, HOOK, PLUGIN_ENV
+from harness.run import preempt
 
 OPENRLHF_VERSION = "0.11.2"
 RUNNER_ENV = "HARNESS_RUNNER_WRITES_RESULT"  # set by runner.train: the launch then writes no result.json
+CHECKPOINTED_EXIT = 75  # stopped after the checkpoint its job asked for (EX_TEMPFAIL: try again, resume)
 
 REPO_ROOT = str(Path(__file__).resolve().parents[3])
 
@@ -88,6 +95,22 @@ def rehearsal_ray_kwargs() -> dict:
     return ray_init_kwargs(cfg["logical_gpus"])
 
 
+def node_resources(nodes: int) -> list[str]:
+    """``ray start`` resource flags of one node of a multi-node job: none on a GPU cluster (Ray detects them); a
+    rehearsal's share of its logical GPUs (with CPUs and object store as its local cluster has them)."""
+    cfg = json.loads(os.environ.get(PLUGIN_ENV, "{}")).get("rehearsal")
+    if not cfg:
+        return []
+    from harness.backends.openrlhf.rehearsal.cpu import ray_init_kwargs
+
+    kw = ray_init_kwargs(-(-int(cfg["logical_gpus"]) // nodes))
+    return [
+        f"--num-gpus={kw['num_gpus']}",
+        f"--num-cpus={kw['num_cpus']}",
+        f"--object-store-memory={kw['object_store_memory']}",
+    ]
+
+
 def expand(argv: list[str]) -> list[str]:
     out = []
     for a in argv:
@@ -109,34 +132,6 @@ def slurm_nodes() -> list[str]:
     return out.stdout.split()
 
 
-def ray_port() -> int:
-    return 6379 + int(os.environ.get("SLURM_JOB_ID", "0")) % 1000
-
-
-def join_or_start_cluster(nodes: list[str], timeout_s: float = 600.0) -> str | None:
-    """Multi-node SLURM (one task per node): task 0 starts a Ray head and waits for every node; the other
-    tasks join it and block until it stops (then exit 0). Returns the head address on task 0."""
-    import ray
-
-    head, port = nodes[0], ray_port()
-    address = f"{head}:{port}"
-    if int(os.environ.get("SLURM_PROCID", "0")) != 0:
-        deadline = time.time() + timeout_s
-        while subprocess.run(["ray", "start", f"--address={address}", "--block"]).returncode != 0:
-            if time.time() > deadline:
-                raise SystemExit(f"could not join the Ray head at {address}")
-            time.sleep(10)
-        raise SystemExit(0)
-    subprocess.run(["ray", "start", "--head", f"--port={port}", "--include-dashboard=false"], check=True)
-    ray.init(address=address, runtime_env=runtime_env())
-    deadline = time.time() + timeout_s
-    while len([n for n in ray.nodes() if n.get("Alive")]) < len(nodes):
-        if time.time() > deadline:
-            raise SystemExit(f"only {len(ray.nodes())} of {len(nodes)} nodes joined Ray at {address}")
-        time.sleep(5)
-    return address
-
-
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if len(argv) < 2 or argv[1] != "--":
@@ -153,31 +148,41 @@ def main(argv: list[str] | None = None) -> int:
     run_dir = Path(argv[0])
     run_dir.mkdir(parents=True, exist_ok=True)
     print(f"harness: launching OpenRLHF for {run_dir}", flush=True)  # one line per launch (a resume adds one)
+    nodes = [] if os.environ.get("RAY_ADDRESS") else slurm_nodes()
+    if nodes and int(os.environ.get("SLURM_PROCID", "0") or 0) != 0:  # lends its node to the head's Ray
+        return raycluster.run_worker(run_dir, node_resources(len(nodes)))
     write_eval_dataset()
     hook.install()
-    nodes = [] if os.environ.get("RAY_ADDRESS") else slurm_nodes()
-    if nodes:
-        join_or_start_cluster(nodes)  # only task 0 returns; the others exit when the head stops
-    t0, status = time.time(), "failed"
-    try:
-        if not ray.is_initialized():
-            # a new local cluster unless RAY_ADDRESS names one (never a cluster some `ray start` left on the machine)
-            address = os.environ.get("RAY_ADDRESS") or "local"
-            ray.init(address=address, runtime_env=runtime_env(), **rehearsal_ray_kwargs())
-        sys.argv = ["train_ppo_ray", *expand(argv[2:])]
-        runpy.run_module("openrlhf.cli.train_ppo_ray", run_name="__main__", alter_sys=True)
-        status = "completed"
-    except KeyboardInterrupt:
-        status = "interrupted"
-        raise
-    finally:
-        if not os.environ.get(RUNNER_ENV):  # run by hand; under harness.run.runner the runner writes it
-            write_result(run_dir, status, time.time() - t0)
-        if ray.is_initialized():
-            ray.shutdown()
-        if nodes:
-            subprocess.run(["ray", "stop"])  # the other nodes' `ray start --block` then return
-    return 0
+    t0, status, code = time.time(), "failed", 1
+    with raycluster.Head(run_dir, node_resources(len(nodes))) if nodes else contextlib.nullcontext() as head:
+        try:
+            if head is not None:
+                ray.init(address=head.address, runtime_env=runtime_env())
+                head.wait_for_nodes()
+            elif not ray.is_initialized():
+                # a new local cluster unless RAY_ADDRESS names one (never a cluster some `ray start` left behind)
+                address = os.environ.get("RAY_ADDRESS") or "local"
+                ray.init(address=address, runtime_env=runtime_env(), **rehearsal_ray_kwargs())
+            sys.argv = ["train_ppo_ray", *expand(argv[2:])]
+            runpy.run_module("openrlhf.cli.train_ppo_ray", run_name="__main__", alter_sys=True)
+            status, code = "completed", 0
+        except KeyboardInterrupt:
+            status = "interrupted"
+            raise
+        except BaseException:  # upstream's argparse exits with SystemExit; a Ray task error; our stop on request
+            step = preempt.saved_step(run_dir)
+            if step is None:
+                raise
+            status, code = "requeue", CHECKPOINTED_EXIT  # head.rc "requeue": the workers end without an error
+            if head is not None:
+                head.status = status
+            print(f"harness: stopped after the checkpoint of step {step} the job asked for; it resumes there")
+        finally:
+            if not os.environ.get(RUNNER_ENV) and status != "requeue":  # by hand; under the runner it writes it
+                write_result(run_dir, status, time.time() - t0)
+            if ray.is_initialized():
+                ray.shutdown()
+    return code
 
 
 def write_result(run_dir: Path, status: str, wall_s: float) -> None:

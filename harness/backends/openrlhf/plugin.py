@@ -13,7 +13,9 @@
   the advantages replaced by ``method.advantages`` over the whole rollout; the per-token entropy of the policy
   workers' old-log-prob forward (at the rollout temperature: OpenRLHF scales the logits first) goes to the
   estimator (``extras``) and, for ``needs_old_entropy``, into each experience's ``info``.
-* ``BasePPOTrainer.save_logs_and_checkpoints``: appends our ``metrics.jsonl`` line; stops after ``steps``.
+* ``BasePPOTrainer.save_logs_and_checkpoints``: appends our ``metrics.jsonl`` line; stops after ``steps``; on the
+  job's checkpoint request (harness/run/preempt.py) saves this step through upstream's own checkpoint and ends
+  ``fit()`` before the next rollout (no final model).
 * ``SamplesGenerator._generate_vllm``: DAPO's cap on generation batches (``train.max_gen_batches``) for upstream's
   dynamic-filtering refills, which have none.
 
@@ -780,6 +782,7 @@ def patch_ppo_trainer(module) -> None:
     checkpoint never lacks its row), the eval results of eval steps, and the end of ``fit()`` after ``steps``
     (also when a run resumes from its last checkpoint)."""
     from harness.backends.openrlhf import bridge
+    from harness.run import preempt
 
     cls = module.BasePPOTrainer
     orig, orig_best, orig_states = cls.save_logs_and_checkpoints, cls.save_best_checkpoint, cls.init_checkpoint_states
@@ -787,6 +790,13 @@ def patch_ppo_trainer(module) -> None:
     def stop_fit(self):
         # the next generate_samples call reports an exhausted loader: fit() ends and train() saves the final model
         self.samples_generator.generate_samples = lambda *a, **k: ([], 0.0, 0, True)
+
+    def stop_on_request(self, step):
+        # this step's eval still runs; the next rollout raises: fit() ends without train()'s final model
+        def stopped(*args, **kwargs):
+            raise preempt.CheckpointedOnRequest(f"checkpoint of step {step} saved on the job's request")
+
+        self.samples_generator.generate_samples = stopped
 
     def save_logs_and_checkpoints(self, global_step, logs_dict=None, client_states=None):
         cfg = plugin_config()
@@ -806,6 +816,12 @@ def patch_ppo_trainer(module) -> None:
             if self.args.ckpt.save_steps != float("inf"):
                 self.args.ckpt.save_steps = 1  # checkpoint the last step too
             stop_fit(self)
+        elif preempt.requested(cfg["run_dir"]) and hasattr(self, "samples_generator"):
+            self.args.ckpt.save_steps = 1  # the job asked for a checkpoint: upstream saves this step, then we stop
+            out = orig(self, global_step, logs_dict, client_states)
+            preempt.record_saved(cfg["run_dir"], global_step)
+            stop_on_request(self, global_step)
+            return out
         return orig(self, global_step, logs_dict, client_states)
 
     def save_best_checkpoint(self, eval_metrics, global_step, client_states=None):

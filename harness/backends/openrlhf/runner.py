@@ -3,20 +3,22 @@
 The subprocess is exactly what ``launch_command`` prints (``harness.backends.openrlhf.launch``); it writes
 metrics.jsonl, eval/ and checkpoints/. Under ``harness.run.runner`` (``RUNNER_ENV`` set) it writes no result.json:
 ``train`` builds the run's record from those files and the runner writes result.json once. Run by hand, the
-launcher writes result.json itself (through the same ``harness.run.runner.write_result``).
+launcher writes result.json itself (through the same ``harness.run.runner.write_result``). The launcher and all it
+starts run with SIGUSR2 ignored: SLURM's warning is the job process's to act on (harness/run/preempt.py); when the
+launcher stopped after the checkpoint the job asked for, ``train`` raises KeyboardInterrupt (resume from there).
 """
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
-import time
 from pathlib import Path
 
+from harness.backends.openrlhf import raycluster
 from harness.backends.openrlhf.bridge import run_record
 from harness.backends.openrlhf.flags import as_dict, build_plan
-from harness.backends.openrlhf.launch import RUNNER_ENV, require_openrlhf
+from harness.backends.openrlhf.launch import CHECKPOINTED_EXIT, RUNNER_ENV, require_openrlhf
+from harness.run import preempt
 from harness.run.records import RunResult
 
 
@@ -31,11 +33,6 @@ def command(plan, run_dir) -> list[str]:
     ]
 
 
-RUNNER_OWNED = ("schema_version", "run_id", "backend", "name", "status", "wall_time_s")  # the runner's head
-WORKER_WAIT_S = 900.0
-POLL_S = 5.0
-
-
 def is_worker_task(env=os.environ) -> bool:
     """A non-head task of a multi-node SLURM job: it only lends its node to the head's Ray cluster (unless Ray
     already runs there: ``RAY_ADDRESS``). The backend's ``worker_role`` answers with this rule."""
@@ -44,19 +41,6 @@ def is_worker_task(env=os.environ) -> bool:
         and int(env.get("SLURM_PROCID", "0") or 0) != 0
         and not env.get("RAY_ADDRESS")
     )
-
-
-def wait_for_result(path: Path, since: float, timeout_s: float = WORKER_WAIT_S) -> dict:
-    """The head task's result.json written after ``since`` (worker tasks return what the head wrote)."""
-    deadline = time.time() + timeout_s
-    while time.time() < deadline:
-        if path.exists() and path.stat().st_mtime >= since:
-            try:
-                return json.loads(path.read_text())
-            except json.JSONDecodeError:
-                pass  # being replaced right now
-        time.sleep(POLL_S)
-    raise RuntimeError(f"worker task: the head task wrote no {path} within {timeout_s:.0f}s")
 
 
 def check_math_data(config) -> None:
@@ -75,8 +59,10 @@ def check_math_data(config) -> None:
 
 def train(config, run_dir, log=None) -> RunResult | dict:
     """Run one OpenRLHF training run; returns its RunResult (the runner adds status and wall time and writes
-    result.json). Bad input raises before Ray starts; a failed run raises RuntimeError. A SLURM worker task
-    returns the fields of the result.json its head task's runner wrote."""
+    result.json). Bad input raises before Ray starts; a failed run raises RuntimeError; a run stopped after the
+    checkpoint its job asked for raises KeyboardInterrupt. A SLURM worker task lends its node to the head's Ray
+    until the head's launcher ends: it returns ``{"worker": "done"}`` when the head ended well (or stopped to be
+    requeued) and raises RuntimeError when the head failed or vanished (the head's error is the cell's)."""
     plan = build_plan(config, run_dir)  # config errors first, even where OpenRLHF is missing
     check_math_data(config)
     require_openrlhf()
@@ -86,16 +72,32 @@ def train(config, run_dir, log=None) -> RunResult | dict:
     out_path = run_dir / "openrlhf.log"
     if log:
         log(f"openrlhf: launching ({len(plan.argv)} flags); output in {out_path}")
-    worker, started = is_worker_task(), time.time()
+    worker = is_worker_task()
     if worker:  # each SLURM task has its own log; only the head's output matters for the run
         out_path = run_dir / f"openrlhf.task{os.environ.get('SLURM_PROCID')}.log"
     with open(out_path, "ab") as out:
-        proc = subprocess.run(command(plan, run_dir), env=env, stdout=out, stderr=subprocess.STDOUT)
+        proc = subprocess.run(
+            command(plan, run_dir),
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            preexec_fn=preempt.ignore_warning_signal,  # SLURM's USR2 reaches every process of the task
+        )
+    if proc.returncode == CHECKPOINTED_EXIT and not worker:
+        step = preempt.saved_step(run_dir)
+        msg = f"interrupted (checkpoint requested by the job) after step {step}; checkpoint saved"
+        if log:
+            log(f"openrlhf: {msg} to {run_dir / 'checkpoints' / 'openrlhf'}; the next attempt resumes from it")
+        raise KeyboardInterrupt(msg)
     if proc.returncode != 0:
         tail = out_path.read_text(errors="replace")[-2000:] if out_path.exists() else ""
+        if worker:  # the head's error is the cell's (its job_error.json / result.json); this is why the worker ended
+            why = raycluster.WORKER_EXITS.get(proc.returncode, "its launcher failed")
+            raise RuntimeError(
+                f"worker task {os.environ.get('SLURM_PROCID')}: {why} (exit {proc.returncode}); see {out_path}"
+            )
         raise RuntimeError(f"OpenRLHF run failed (exit {proc.returncode}); see {out_path}. Last output:\n{tail}")
     if worker:
-        result = wait_for_result(run_dir / "result.json", started)
-        return {k: v for k, v in result.items() if k not in RUNNER_OWNED}
+        return {"worker": "done"}
     cfg = config.to_dict() if hasattr(config, "to_dict") else dict(config)
     return run_record(cfg, run_dir, plan.plugin["method"])

@@ -16,7 +16,7 @@ class PocketBackend(Backend):
     sections = {"model.warm_start": options.WarmStartOptions}
     default_model = "pocket-0.3m"
     default_task = "arith"
-    capabilities = frozenset({"auxiliary_model", "entropy_after_update", "policy_sampler"})
+    capabilities = frozenset({"auxiliary_model", "entropy_after_update", "policy_sampler", "checkpoint_on_request"})
 
     def validate(self, config) -> None:
         options.validate(config)

@@ -40,6 +40,7 @@ from harness.io import (
 )
 from harness.kernel import correction as rollout_fix
 from harness.kernel import ops
+from harness.run import preempt
 from harness.run.config import RunConfig
 from harness.run.lineage import foreign_checkpoint, lineage
 from harness.run.metrics import (
@@ -815,6 +816,8 @@ class PocketTrainer:
         try:
             with signals_stop_flag(self.stop):
                 while step < steps:
+                    if not self.stop and preempt.requested(self.run_dir):  # the sweep job's SIGUSR2 (time limit)
+                        self.stop["stop"] = "checkpoint requested by the job"
                     if self.stop:
                         raise StopRequested(self.stop["stop"])
                     t0, before = time.time(), dict(self.timing)
@@ -837,8 +840,9 @@ class PocketTrainer:
                         H=f"{row.get('entropy', float('nan')):.3f}",
                         refresh=False,
                     )
-        except StopRequested as e:  # first Ctrl-C / SIGTERM: stopped cleanly between steps
+        except StopRequested as e:  # first Ctrl-C / SIGTERM / the job's request: stopped cleanly between steps
             self.save_checkpoint(step)
+            preempt.record_saved(self.run_dir, step)
             self.log(
                 f"interrupted ({e}) after step {step}; checkpoint saved to {self.run_dir / CKPT}. "
                 f"Run the same command again to resume."
