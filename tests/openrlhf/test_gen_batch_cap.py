@@ -14,8 +14,8 @@ pytestmark = pytest.mark.openrlhf
 SCORES = {"1": (1.0, 1.0), "0": (0.0, 0.0), "h": (1.0, 0.0)}  # a prompt's 2 responses: all right / wrong / one each
 
 
-@pytest.fixture
-def ray_local():
+@pytest.fixture(scope="module")
+def ray_local():  # one local Ray for the module: a second init/shutdown in one process can abort in ray.shutdown
     import ray
 
     ray.init(num_cpus=1, include_dashboard=False, log_to_driver=False)
