@@ -9,7 +9,8 @@
   the whole window (collectives across DP ranks).
 * ``RemoteExperienceMaker.compute_advantages_and_returns``: upstream's (length penalties, returns, logs), then
   the advantages replaced by ``method.advantages`` over the whole rollout.
-* ``BasePPOTrainer.save_logs_and_checkpoints``: appends our ``metrics.jsonl`` line; stops after ``steps``.
+* ``BasePPOTrainer.save_logs_and_checkpoints``: appends our ``metrics.jsonl`` line; stops after ``steps``; keeps
+  the newest ``openrlhf.keep_hf_checkpoints`` Hugging Face copies (``retention.py``).
 
 Module globals and class attributes are patched in place (Ray ships actor methods by value; see the
 reference note §15.1), never replaced classes.
@@ -575,7 +576,7 @@ def patch_ppo_trainer(module) -> None:
     """``BasePPOTrainer``: our metrics.jsonl row at every step (written before the step's checkpoint, so a
     checkpoint never lacks its row), the eval results of eval steps, and the end of ``fit()`` after ``steps``
     (also when a run resumes from its last checkpoint)."""
-    from harness.backends.openrlhf import bridge
+    from harness.backends.openrlhf import bridge, retention
 
     cls = module.BasePPOTrainer
     orig, orig_best, orig_states = cls.save_logs_and_checkpoints, cls.save_best_checkpoint, cls.init_checkpoint_states
@@ -601,7 +602,8 @@ def patch_ppo_trainer(module) -> None:
             if self.args.ckpt.save_steps != float("inf"):
                 self.args.ckpt.save_steps = 1  # checkpoint the last step too
             stop_fit(self)
-        return orig(self, global_step, logs_dict, client_states)
+        with retention.rotation(self.args, global_step, cfg.get("keep_hf_checkpoints")):  # HF copies: keep K
+            return orig(self, global_step, logs_dict, client_states)
 
     def save_best_checkpoint(self, eval_metrics, global_step, client_states=None):
         cfg = plugin_config()
