@@ -93,9 +93,12 @@ def planned_work(cfg) -> list[SuiteWork]:
         return []
     from harness.evals.suites import resolve_suites
 
+    overrides = protocol_overrides(cfg)
+    if "n" in overrides:  # evaluate()'s name for the protocol's n_samples
+        overrides["n_samples"] = overrides.pop("n")
     out = []
     for suite in resolve_suites(cfg.eval.suites):
-        protocol = suite.protocol.with_overrides(**protocol_overrides(cfg))
+        protocol = suite.protocol.with_overrides(**overrides)
         n = suite.planned_size(cfg.eval.data_dir, cfg.eval.fixtures)
         if n is not None and cfg.eval.max_problems:
             n = min(n, cfg.eval.max_problems)

@@ -205,3 +205,25 @@ def test_a_sweep_over_the_free_space_is_refused_before_anything_is_written(tmp_p
     err = capsys.readouterr().err
     assert f"error: {runs}: the disk plans of the 1 cells to submit need " in err and "GB free" in err
     assert not runs.exists() or sorted(p.name for p in runs.iterdir()) == [".submit.lock"]
+
+
+def test_the_section_protocol_plans_its_own_samples_and_tokens(cells):
+    """eval.protocol: section scores every suite with the eval section's n and max tokens (the CPU rehearsal's)."""
+    cfg = copy.deepcopy(cells[0].config)
+    cfg["eval"].update(protocol="section", n_samples=4, max_new_tokens=8192)
+    terms = {t.name: t for t in plan_of(cfg).terms}
+    assert terms["eval generations"].total == (30 + 30 + 40 + 500 + 272 + 675 + 4428) * 4 * (8192 * 8 + 1000)
+    assert terms["eval generations"].how.startswith("23900 generations of at most 8192 tokens")
+
+
+def test_the_paper_sweeps_dry_run_prints_both_plans_for_every_cell(tmp_path, capsys):
+    from harness.cli import main
+
+    assert main(["sweep", str(SPEC), "--dry-run", "--runs-dir", str(tmp_path / "runs")]) == 0
+    out = capsys.readouterr().out
+    assert out.count("# disk plan (estimate at the run's peak; docs/gpu.md 'Disk plans and retention'): 259.8 GB") == 12
+    assert out.count("# disk plan (estimate at the run's peak; docs/gpu.md 'Disk plans and retention'): 983.6 GB") == 12
+    assert out.count("#   retention: 260 saves") == 12 and out.count("#   retention: 110 saves") == 12
+    assert out.count("vLLM TP 1 x DP 8 on the head node's 8 GPUs (of 4 x 8), max_model_len 10240") == 12
+    assert out.count("vLLM TP 2 x DP 4 on the head node's 8 GPUs (of 4 x 8), max_model_len 10240") == 12  # 32B
+    assert "\ndisk: 24 cells plan 14920.7 GB in all (12 x 259.8 + 12 x 983.6 GB)" in out
