@@ -18,12 +18,12 @@ ORDER = 30
 def export_run(run_dir: str | os.PathLike, out: str | os.PathLike | None) -> Path:
     """Export the run at ``run_dir`` through its backend (a failed run is refused)."""
     from harness.backends import get_backend
-    from harness.run.config import load_config
+    from harness.run.config import load_stored_config
 
     run_dir = Path(run_dir)
     if not (run_dir / "config.yaml").is_file():
         raise FileNotFoundError(f"{run_dir}: not a run directory (no config.yaml)")
-    cfg = load_config(run_dir / "config.yaml")
+    cfg = load_stored_config(run_dir)
     result = run_dir / "result.json"
     if result.exists() and _status(result) == "failed":
         raise ValueError(f"{run_dir}: the run failed (result.json status 'failed'); nothing trustworthy to export")

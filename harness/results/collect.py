@@ -32,6 +32,7 @@ import pandas as pd
 import yaml
 
 from harness.io import jsonl_lines
+from harness.run.config import WRITTEN_ORDER, missing_sections
 from harness.run.metrics import COMPLETED, FAILED, FINISHED, INSUFFICIENT_UPDATES, STEP
 from harness.run.records import task_label
 
@@ -164,7 +165,16 @@ def _read_config(path: Path) -> dict:
             stacklevel=2,
         )
         return {}
-    return obj if isinstance(obj, dict) else {}
+    if not isinstance(obj, dict):
+        return {}
+    gap = missing_sections(obj)
+    if gap and list(obj) == WRITTEN_ORDER[: len(obj)]:  # the head of a file in the harness's order: cut short
+        warnings.warn(
+            f"{path}: no {', '.join(gap)} section (the file was cut short); its other settings are used",
+            CorruptMetricsWarning,
+            stacklevel=2,
+        )
+    return obj
 
 
 def _name(v) -> str | None:

@@ -39,7 +39,7 @@ from harness.io import (
     repair_jsonl,
     yaml_problem,
 )
-from harness.run.config import RunConfig, diff_configs, load_config, run_id_of
+from harness.run.config import RunConfig, diff_configs, load_config, missing_sections, run_id_of
 from harness.run.metrics import COMPLETED, FAILED, FINISHED, INSUFFICIENT_UPDATES, STEP, UPDATE_SKIPPED, summary_line
 from harness.run.records import SCHEMA_VERSION, RunResult, result_payload, task_label  # noqa: F401  (SCHEMA_VERSION re-exported)
 
@@ -154,11 +154,16 @@ def check_run_dir(cfg: RunConfig, run_dir: Path, force: bool = False, backend=No
             old_id = _run_id_of_file(old)
         if old_id != new_id:
             if not force:
-                diffs = diff_configs(old, cfg.to_dict())
-                shown = "; ".join(diffs[:6]) + (f"; ... ({len(diffs)} differences)" if len(diffs) > 6 else "")
+                gap = missing_sections(old)
+                if gap:
+                    shown = f"no {', '.join(gap)} section (the harness writes them all: cut short or edited by hand?)"
+                else:
+                    diffs = diff_configs(old, cfg.to_dict())
+                    shown = "; ".join(diffs[:6]) + (f"; ... ({len(diffs)} differences)" if len(diffs) > 6 else "")
                 raise ValueError(
-                    f"run directory {run_dir} holds a different config (run {old_id}, this is {new_id}): "
-                    f"{shown}. Use another --run-dir, or --force to move the old run to {run_dir}/replaced/"
+                    f"run directory {run_dir} holds a different config in its config.yaml (run {old_id}, this is "
+                    f"{new_id}): {shown}. Use another --run-dir, or --force to move the old run to "
+                    f"{run_dir}/replaced/"
                 )
             return RunDirPlan("train", archive=old_id)
     elif run_content(run_dir):

@@ -35,6 +35,14 @@ DOC_BLOCKS = [
         "Study B, warm start of 500 supervised steps: unordered 4-number countdown, pocket-0.1m, GRPO, seeds 1000-1004",
         "family_b/ws500/mechanism.json",
     ),
+    (
+        "Study B at 500 steps (amendment 3), warm start of 150 supervised steps: pocket-0.1m, GRPO, seeds 3000-3004",
+        "family_b_500/ws150/mechanism.json",
+    ),
+    (
+        "Study B at 500 steps (amendment 3), warm start of 500 supervised steps: pocket-0.1m, GRPO, seeds 3000-3004",
+        "family_b_500/ws500/mechanism.json",
+    ),
 ]
 
 
