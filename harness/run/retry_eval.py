@@ -34,7 +34,7 @@ def retry(cfg, run_dir, quiet: bool = False) -> dict:
         if result.get("run_id") != cfg.run_id():
             raise ValueError(
                 f"--eval-only: {run_dir} holds run {result.get('run_id')}, and this config is run {cfg.run_id()}; "
-                f"give the run's own config ({run_dir / 'config.yaml'})"
+                f"{_own_config_hint(run_dir)}"
             )
         log = RunLog(run_dir, quiet=quiet)
         log(f"run {cfg.run_id()}: retrying only the after-training evaluation (training finished: nothing retrains)")
@@ -49,3 +49,19 @@ def retry(cfg, run_dir, quiet: bool = False) -> dict:
         write_result(run_dir, result)
         log(f"evaluation attached to {run_dir / 'result.json'} (eval_status {before} -> {result['eval_status']})")
         return result
+
+
+def _own_config_hint(run_dir: Path) -> str:
+    """Where the run's own config is, or why it cannot serve (a config.yaml cut short reads as another run)."""
+    from harness.io import load_yaml, read_text
+    from harness.run.config import missing_sections
+
+    path = run_dir / "config.yaml"
+    try:
+        stored = load_yaml(read_text(path)) if path.is_file() else None
+        gap = missing_sections(stored) if isinstance(stored, dict) else []
+    except Exception:  # noqa: BLE001 - unreadable: the hint names the file all the same
+        gap = []
+    if gap:
+        return f"{path} has no {', '.join(gap)} section (cut short or edited by hand): give the config it trained with"
+    return f"give the run's own config ({path})"

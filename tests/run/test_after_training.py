@@ -149,3 +149,20 @@ def test_the_stage_hands_the_engine_its_settings(tiny, tmp_path, monkeypatch):
         "max_model_len": 64,
         "gpu_memory_utilization": 0.5,
     }
+
+
+def test_eval_only_names_a_cut_config_yaml(tiny, tmp_path):
+    """A retry given the run's own config.yaml, cut short (main's load_stored_config case), reads as another run:
+    the refusal says the file lacks sections instead of asking for the file it was given."""
+    from harness.run.retry_eval import retry
+
+    cfg = _cfg(tiny, suites=["pocket_arith"])
+    rd = tmp_path / "r"
+    rd.mkdir()
+    (rd / "result.json").write_text(json.dumps({"status": "completed", "run_id": "0123456789ab"}))
+    (rd / "config.yaml").write_text(yaml.safe_dump({k: v for k, v in cfg.to_dict().items() if k != "logging"}))
+    with pytest.raises(ValueError, match=r"config\.yaml has no logging section \(cut short or edited by hand\)"):
+        retry(cfg, rd)
+    (rd / "config.yaml").write_text(yaml.safe_dump(cfg.to_dict()))
+    with pytest.raises(ValueError, match=r"holds run 0123456789ab, .*; give the run's own config \("):
+        retry(cfg, rd)
