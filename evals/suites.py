@@ -99,6 +99,7 @@ class Suite:
     grader: Callable[[list[dict]], list[dict]] | None = None  # its own verifier (rows -> verdicts), else by kind
     exact_answers: bool = False  # its grader's ``pred`` is the canonical answer: maj@k counts equal strings
     revision: str | None = None  # hub commit loaded (datasets.load_dataset(..., revision=)); None: the hub's main
+    size: int | None = None  # problems in the hub split (its note's count), for plans made before any data loads
 
     def format_prompt(self, row: dict, template: str | None = None) -> str:
         tpl = TEMPLATES.get(template or self.template)
@@ -137,6 +138,16 @@ class Suite:
         if len(set(ids)) != len(ids):
             raise ValueError(f"suite {self.name}: duplicate problem ids in the data")
         return rows
+
+    def planned_size(self, data_dir: str | Path | None = None, fixtures: bool = False) -> int | None:
+        """Problems a run will score without loading from the hub: the fixture or local file's rows when one is
+        used, else ``size`` (None: unknown, e.g. a backend's generated task)."""
+        if fixtures or data_dir:
+            try:
+                return len(self._raw_rows(data_dir, None, fixtures))
+            except (FileNotFoundError, ValueError):
+                return self.size
+        return self.size
 
     def _raw_rows(self, data_dir, data_file, fixtures) -> list[dict]:
         if fixtures:
@@ -356,6 +367,7 @@ _register(
         fields=MATH_FIELDS,
         note="AIME 2024 I+II, 30 problems",
         revision=REV_AIME24,
+        size=30,
     )
 )
 _register(
@@ -369,6 +381,7 @@ _register(
         fields=MATH_FIELDS,
         note="AIME 2025 I+II, 30 problems",
         revision=REV_AIME25,
+        size=30,
     )
 )
 _register(
@@ -382,6 +395,7 @@ _register(
         fields=MATH_FIELDS,
         note="AMC 2023, 40 problems (answers stored as floats upstream)",
         revision=REV_AMC23,
+        size=40,
     )
 )
 _register(
@@ -394,6 +408,7 @@ _register(
         fields=MATH_FIELDS,
         note="MATH-500 (PRM800K split)",
         revision=REV_MATH500,
+        size=500,
     )
 )
 _register(
@@ -406,6 +421,7 @@ _register(
         fields=MATH_FIELDS + " (or a solution with \\boxed{})",
         note="Minerva-Math (MIT OCW), 272 problems; NOT lm-eval's minerva_math",
         revision=REV_MINERVA,
+        size=272,
     )
 )
 _register(
@@ -419,6 +435,7 @@ _register(
         fields="id, question, final_answer (list), context",
         note="OlympiadBench OE_TO maths en COMP, 674 problems at the pinned commit (the paper's eval file: 675)",
         revision=REV_OLYMPIADBENCH,
+        size=674,
     )
 )
 _register(
@@ -431,6 +448,7 @@ _register(
         fields=MATH_FIELDS,
         note="Omni-MATH (4428); its rule-gradable subset is KbsdJames/omni-math-rule",
         revision=REVISION_TO_FILL,
+        size=4428,
     )
 )
 _register(

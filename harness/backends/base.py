@@ -100,6 +100,18 @@ class Backend:
         GPUs (a sweep then derives the job's resources from it); None when one process trains on what it gets."""
         return None
 
+    def disk_plan(self, config):
+        """The bytes a run of ``config`` holds on disk at its peak (``harness.run.disk.DiskPlan``: checkpoints kept,
+        exports, eval generations, logs, and the retention behind the counts), which a sweep checks against
+        ``resources.disk_gb`` and the free space; None when the backend's runs keep little (no plan)."""
+        return None
+
+    def eval_plan(self, config):
+        """The after-training vLLM engine over the run's GPUs (``harness.run.after_training.EngineSettings``: tensor
+        and data parallel sizes, ``max_model_len``, memory utilisation, the plan's lines), raising ``ConfigError``
+        when no setting fits; None: the ``eval:`` section's values as given (``auto``: one GPU)."""
+        return None
+
     def worker_role(self, config, env: Mapping[str, str] = os.environ) -> str:
         """What this task of a possibly multi-node job does: ``head`` trains and owns the run directory; a
         ``worker`` lends its node to the head (``train`` is still called); an ``idle`` task has nothing to do.

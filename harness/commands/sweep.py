@@ -92,8 +92,13 @@ def run(args: argparse.Namespace) -> int:
                 "write it outside run and sweep directories"
             )
     cells = staged(spec, cells, args.executor, args.online, args.dry_run)
+    from harness.sweeps import disk
+
+    plans = disk.cell_plans(cells)
+    disk.check_budgets(cells, plans)  # every cell's disk plan within its resources.disk_gb, in a dry run too
     if args.dry_run:
         print_plan(spec, cells, runs_dir, args.executor)
+        print(f"\n{disk.summary(cells, plans, runs_dir)}")
         return 0
     check_only(cells, args.only)
     if args.executor == "slurm" and shutil.which("sbatch") is None:
@@ -105,7 +110,7 @@ def run(args: argparse.Namespace) -> int:
         check_fits_executor(c.resources, args.executor, f"cell {c.alias}")
     commands = launch_commands(cells, runs_dir)  # backend errors surface before anything is written
     with submission_lock(runs_dir):
-        return _submit(args, spec, cells, runs_dir, commands)
+        return _submit(args, spec, cells, runs_dir, commands, plans)
 
 
 def staged(spec: SweepSpec, cells: list[Cell], executor: str, online: bool, dry_run: bool) -> list[Cell]:
@@ -143,7 +148,12 @@ def submission_lock(runs_dir: Path):
 
 
 def _submit(
-    args: argparse.Namespace, spec: SweepSpec, cells: list[Cell], runs_dir: Path, commands: dict[str, str]
+    args: argparse.Namespace,
+    spec: SweepSpec,
+    cells: list[Cell],
+    runs_dir: Path,
+    commands: dict[str, str],
+    plans: dict | None = None,
 ) -> int:
     from harness.sweeps.submit import submit_cells, wait_for  # submitit: only when something is submitted
 
@@ -157,6 +167,10 @@ def _submit(
                 C.check_cell_dir(c, runs_dir)
             except ValueError as e:
                 print(f"warning: {e}", file=sys.stderr)
+    if plans:
+        from harness.sweeps.disk import check_free
+
+        check_free(todo, plans, runs_dir)  # before anything is written or queued
     problem = index.record(args.spec, runs_dir)  # `harness status SPEC` finds this runs directory
     if problem:
         print(f"warning: not recorded where {args.spec} was submitted ({problem})", file=sys.stderr)
@@ -306,6 +320,8 @@ def print_plan(spec: SweepSpec, cells: list[Cell], runs_dir: Path, executor: str
             print_populations(group, executor, res)
         for key, value in params.items():
             print(f"    {key}: {value}")
+        if res.get("disk_gb") is not None:
+            print(f"    disk_gb: {res['disk_gb']:g} (each cell's disk plan must fit it; not an sbatch option)")
         commands = launch_commands(group, runs_dir)
         for c in group:
             print(f"  {c.alias}  id={c.id}  dir={C.cell_dir(runs_dir, c)}")

@@ -1,4 +1,5 @@
-"""``harness train CONFIG.yaml [key=value ...] [--run-dir DIR] [--force] [--dry-run]``: one run."""
+"""``harness train CONFIG.yaml [key=value ...] [--run-dir DIR] [--force] [--dry-run] [--eval-only]``: one run (or only
+the after-training evaluation of a finished one)."""
 
 from __future__ import annotations
 
@@ -39,7 +40,12 @@ def run(args) -> int:
         return 0
     from harness.run.runner import FINISHED
 
-    result = train_run(cfg, run_dir, force=args.force)
+    if args.eval_only:
+        from harness.run.retry_eval import retry
+
+        result = retry(cfg, run_dir)
+    else:
+        result = train_run(cfg, run_dir, force=args.force)
     if result.get("status") not in FINISHED:
         return 1
     summary = {k: result.get(k) for k in ("run_id", "status", "method", "model", "steps", "updates", "wall_time_s")}
@@ -48,6 +54,12 @@ def run(args) -> int:
         summary[f"eval/{suite}"] = res.get("metrics")
     print(json.dumps(summary, indent=1, default=str))
     print(f"run directory: {run_dir}", file=sys.stderr)
+    if result.get("eval_status") == "failed":  # training finished; the after-training evaluation did not
+        print(
+            f"error: evaluation failed: {result.get('eval_error')}; retry only it: {result.get('eval_retry')}",
+            file=sys.stderr,
+        )
+        return 1
     return 0
 
 
@@ -70,5 +82,10 @@ def register(sub) -> None:
     )
     p.add_argument(
         "--dry-run", action="store_true", help="validate and print the resolved config and launch command; run nothing"
+    )
+    p.add_argument(
+        "--eval-only",
+        action="store_true",
+        help="retry only the after-training evaluation of a run that finished training (result.json's eval_retry)",
     )
     p.set_defaults(func=run)

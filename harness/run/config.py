@@ -137,6 +137,13 @@ class TrainConfig:
     )
 
 
+def _int_or_auto(value) -> str | None:
+    """What an engine size allows: a positive integer or ``auto``."""
+    if value == "auto" or (isinstance(value, int) and not isinstance(value, bool) and value >= 1):
+        return None
+    return "allowed: a positive integer or auto"
+
+
 @dataclass
 class EvalConfig:
     every: int = _opt(10, kind=int, low=0, help="steps between held-out evals; 0 = only at the end")
@@ -185,6 +192,37 @@ class EvalConfig:
         measures=False,
         late=True,
         help="after-training generation engine",
+    )
+    # the after-training vLLM engine (resources: never in the run id; auto = the backend's evaluation plan,
+    # docs/gpu.md "Evaluation plan"; 1, 1 and vLLM's own choice where a backend has no plan)
+    tensor_parallel_size: int | str = _opt(
+        "auto", kind=object, check=_int_or_auto, measures=False, late=True, help="GPUs per vLLM engine, or auto"
+    )
+    data_parallel_size: int | str = _opt(
+        "auto",
+        kind=object,
+        check=_int_or_auto,
+        measures=False,
+        late=True,
+        help="vLLM engines (one per group of tensor_parallel_size GPUs), or auto",
+    )
+    max_model_len: int | str = _opt(
+        "auto",
+        kind=object,
+        check=_int_or_auto,
+        measures=False,
+        late=True,
+        help="vLLM context length (prompt + new tokens), or auto (the plan's prompt allowance + longest max_tokens)",
+    )
+    gpu_memory_utilization: float = _opt(
+        0.85,
+        kind=float,
+        low=0.0,
+        low_open=True,
+        high=1.0,
+        measures=False,
+        late=True,
+        help="fraction of each GPU's memory the vLLM engine may take (weights + KV cache + activations)",
     )
 
 

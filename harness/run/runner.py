@@ -283,11 +283,12 @@ def _run_locked(cfg: RunConfig, run_dir: Path, force: bool, quiet: bool) -> dict
 
 def finish(cfg: RunConfig, run_dir: Path, backend, outcome, log, started: float) -> dict:
     """The end of a run once its backend trained it, for a run and for each member of a population alike: the
-    after-training stage (export -> score eval.suites -> attach; its failure fails the run, and a resubmission
-    resumes at the end and retries it), then result.json, written once: ``failed`` with the error and its traceback
-    (the error is then raised again), else finished with provenance and the update count (``insufficient_updates``
-    when too few steps updated the policy). ``outcome``: the backend's RunResult (or dict), or the exception that
-    stopped its training; ``started``: when the run started (``time.time()``)."""
+    after-training stage (export -> score eval.suites -> attach; its failure leaves the finished run finished, with
+    ``eval_status: failed``, the error and ``eval_retry``, the command that retries only the stage), then
+    result.json, written once: ``failed`` with the error and its traceback (the error is then raised again), else
+    finished with provenance and the update count (``insufficient_updates`` when too few steps updated the policy).
+    ``outcome``: the backend's RunResult (or dict), or the exception that stopped its training; ``started``: when
+    the run started (``time.time()``)."""
 
     def payload(status: str, fields: dict) -> dict:
         return result_payload(cfg.run_id(), cfg.backend, cfg.name, status, fields, time.time() - started)
@@ -296,7 +297,7 @@ def finish(cfg: RunConfig, run_dir: Path, backend, outcome, log, started: float)
     if error is None:
         try:
             fields = _after_training(cfg, run_dir, backend, outcome, log)
-        except Exception as e:  # noqa: BLE001 - recorded as the run's failure below
+        except Exception as e:  # noqa: BLE001 - the backend's record itself is unreadable: the run's failure
             error = e
     if error is not None:
         _record_failure(cfg, run_dir, error, log, payload)
@@ -318,9 +319,16 @@ def _after_training(cfg: RunConfig, run_dir: Path, backend, record, log) -> dict
     """The result fields of the backend's record, with the after-training eval attached when the config asks."""
     fields = record.to_dict() if isinstance(record, RunResult) else dict(record or {})
     if cfg.eval.after_training:
-        from harness.run.after_training import attach, run_stage
+        from harness.run.after_training import attach, failed, run_stage
 
-        fields = attach(fields, run_stage(cfg, run_dir, backend, log))
+        try:
+            fields = attach(fields, run_stage(cfg, run_dir, backend, log))
+        except Exception as e:  # noqa: BLE001 - training finished: the run stays finished, its evaluation failed
+            fields = failed(fields, e, run_dir)
+            log(
+                f"error: the after-training evaluation failed ({fields['eval_error'].splitlines()[0]}); training "
+                f"finished and is kept. Retry only the evaluation: {fields['eval_retry']}"
+            )
     return fields
 
 

@@ -8,6 +8,8 @@ Keys (``resources.default`` and each ``resources.groups[i]``; units in the name)
   max_num_timeout                          requeues after a time-out before the cell counts as failed
   additional_parameters                    any other sbatch option, e.g. {mail-type: END, exclusive: true}
   setup                                    shell lines run in the sbatch script before the job (module load ...)
+  disk_gb                                  disk a cell may use (GB, 10^9 bytes): its backend's disk plan must fit,
+                                           checked before anything is queued (harness/sweeps/disk.py); no sbatch option
 """
 
 from __future__ import annotations
@@ -41,6 +43,7 @@ RESOURCE_KEYS = {  # declared like every config field (harness.kernel.fields.opt
     "max_num_timeout": opt(3, "requeues after a time-out", kind=int, low=0),
     "additional_parameters": opt({}, "any other sbatch option, e.g. {mail-type: END}", kind=dict),
     "setup": opt([], "shell lines run before the job", kind=object, check=_lines),
+    "disk_gb": opt(None, "disk a cell may use, GB: its disk plan must fit", kind=float, low=0, low_open=True),
 }
 DEFAULTS: dict[str, Any] = {  # what a cell gets for a key no layer sets
     k: RESOURCE_KEYS[k].default

@@ -169,6 +169,12 @@ def _cell_status(d: Path, slurm: dict[str, str] | None) -> CellStatus:
                     f"{status} ({(result.get('updates') or {}).get('made')} of "
                     f"{(result.get('updates') or {}).get('expected')} steps updated)"
                 )
+            if result.get("eval_status") == "failed":  # trained; its after-training evaluation failed
+                error = (result.get("eval_error") or "").splitlines()[:1]
+                st.detail = "; ".join(
+                    [*([st.detail] if st.detail else []), f"evaluation failed ({''.join(error)[:160]})"]
+                )
+                st.tail = [f"retry only the evaluation: {result.get('eval_retry')}"]
             return st
         st.state, st.detail = "failed", f"result.json status {status!r} {result.get('error', '')}".strip()
         st.tail = stderr_tail(job)
@@ -293,7 +299,7 @@ def format_table(rows: list[CellStatus], tails: bool = True) -> str:
     out = [f"{'state':8} {'cell':{wa}} {'id':12} {'job':{wj}} detail"]
     for r in rows:
         out.append(f"{r.state:8} {r.alias:{wa}} {r.id:12} {r.job_id or '-':{wj}} {r.detail}".rstrip())
-        if tails and r.state == "failed" and r.tail:
+        if r.tail and (tails and r.state == "failed" or r.state == "done"):  # done: its evaluation's retry command
             out += [f"    | {line}" for line in r.tail]
     return "\n".join(out)
 

@@ -68,6 +68,10 @@ def test_off_the_main_thread_nothing_is_installed():
 
 # signal.signal( outside harness/io.py: a handler installer of its own. The exceptions run in child processes.
 CHILD_PROCESSES = {"evals/_sandbox_runner.py", "evals/math_grader.py"}  # SIGALRM timeouts; a grading worker's SIGINT
+# SLURM job processes, for their whole life (never restored, so not a context manager): the job's USR2 warning
+# handler (it restores submitit's own when it requeues), USR2 ignored for the launcher and everything it execs
+# (inherited), a Ray worker task's SIGTERM -> exit so that it stops its node (docs/gpu.md "The cluster rehearsal")
+JOB_PROCESSES = {"harness/sweeps/preemption.py", "harness/run/preempt.py", "harness/backends/openrlhf/raycluster.py"}
 
 
 def test_no_other_module_installs_signal_handlers():
@@ -76,6 +80,6 @@ def test_no_other_module_installs_signal_handlers():
         for folder in ("harness", "evals", "methods", "baselines")
         for p in (ROOT / folder).rglob("*.py")
         if re.search(r"\bsignal\.signal\(", p.read_text())
-        and str(p.relative_to(ROOT)) not in {"harness/io.py", *CHILD_PROCESSES}
+        and str(p.relative_to(ROOT)) not in {"harness/io.py", *CHILD_PROCESSES, *JOB_PROCESSES}
     ]
     assert found == []

@@ -39,6 +39,7 @@ def cell_config(assets: Path, method: dict) -> dict:
     base["method"] = method
     base["train"].update(steps=2, checkpoint_every=1)
     base["eval"].update(every=1, suites=["aime24", "math500"])
+    base["openrlhf"].update(keep_checkpoints=1, keep_hf_checkpoints=1)  # two saves: each rotates the one before
     base["logging"] = {"progress": False}
     return base
 
@@ -60,6 +61,13 @@ def test_rehearsal_cell_trains_evaluates_resumes_and_scores(tmp_path, assets):
     assert result["status"] == "completed" and result["updates"] == {"made": 2, "expected": 2}
     summary = check_cell(run_dir, load_config(cfg_path), resumed_from=1)  # the run dir contract, the resume
     assert summary["steps_trained_after_resume"] == [2]
+    # the HF copy of step 1 deleted once step 2's was written (check_retention: retention.jsonl and the disk)
+    assert summary["checkpoints"] == {
+        "saves": [1, 2],
+        "peak_hf": 2,
+        "hf": ["global_step2_hf"],
+        "deepspeed": ["global_step2"],
+    }
     rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in rows] == [1, 2] and "entropy/delta" in rows[1]  # continued across the kill
     assert rows[1]["selected/count"] >= 1  # KL-Cov selected tokens inside upstream's training step

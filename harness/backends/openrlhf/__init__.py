@@ -28,15 +28,33 @@ class OpenRLHFBackend(Backend):
         return options.parse_options(value)
 
     def validate(self, config) -> None:
-        """Run every launch check now (pure Python), as pocket does."""
+        """Run every launch check now (pure Python), as pocket does, and the after-training engine's plan."""
+        from harness.backends.openrlhf import evalplan
         from harness.backends.openrlhf.flags import build_plan
 
         build_plan(config, "run-dir")
+        evalplan.plan(config)
 
     def launch_command(self, config, run_dir) -> str:
-        from harness.backends.openrlhf.flags import launch_command
+        """The launch (with its memory plan), then the disk plan and the evaluation plan, as ``#`` lines."""
+        from harness.backends.openrlhf.flags import launch_command, typed
 
-        return launch_command(config, run_dir)
+        cfg = typed(config)  # a loaded config or a plain mapping
+        plans = [*self.disk_plan(cfg).lines(), *(getattr(self.eval_plan(cfg), "lines", None) or ())]
+        return "\n".join([launch_command(cfg, run_dir), *(f"# {line}" for line in plans)])
+
+    def disk_plan(self, config):
+        """Checkpoints kept (retention), the final model, generations, logs (diskplan.py)."""
+        from harness.backends.openrlhf import diskplan
+        from harness.backends.openrlhf.flags import build_plan
+
+        return diskplan.plan(config, build_plan(config, "run-dir").memory)
+
+    def eval_plan(self, config):
+        """The after-training vLLM engine over the head node's GPUs (evalplan.py)."""
+        from harness.backends.openrlhf import evalplan
+
+        return evalplan.plan(config)
 
     def train(self, config, run_dir, log=None):
         from harness.backends.openrlhf.runner import train

@@ -406,6 +406,7 @@ def to_plan(cfg, run_dir: str | os.PathLike) -> LaunchPlan:
         "run_id": cfg.run_id(),
         "eval": eval_spec,
         "config": {"model": {"name": cfg.model.name}, "task": {"name": cfg.task.name}, "seed": seed},
+        "keep_hf_checkpoints": opts.keep_hf_checkpoints,
     }
     env = {str(k): str(v) for k, v in opts.env.items()}
     if opts.rehearsal:  # CPU stand-ins for vLLM/CUDA in every process (cpu_rehearsal.py); refused where CUDA is
@@ -588,9 +589,9 @@ def _checkpoint_flags(cfg, lay: _Layout, run_dir: str) -> list[str]:
         "--ckpt.save_steps",
         str(ckpt_every if ckpt_every > 0 else -1),
         "--ckpt.max_num",
-        "2",
+        str(lay.opts.keep_checkpoints),
         "--ckpt.load_enable",
-        "--ckpt.save_hf",
+        *(["--ckpt.save_hf"] if lay.opts.keep_hf_checkpoints else []),  # rotated by the plug-in (retention.py)
         "--logger.logging_steps",
         "1",
         *([] if lay.in_loop else ["--eval.steps", "-1"]),

@@ -295,6 +295,15 @@ def _tokens_detail(micro: int, seq_len: int, max_tokens_per_gpu: int | None) -> 
     return f"  ({micro_batch_tokens(micro, seq_len, max_tokens_per_gpu)} tokens, dynamic batch)"
 
 
+def vllm_fit(arch: Architecture, tp: int, util: float, gpu_gib: float, seq_len: int, dtype_bytes: int = 2) -> VLLMFit:
+    """One vLLM engine of ``tp`` GPUs: its budget ``util x gpu_gib`` per GPU, its weight shard ``w P / tp``, the
+    allowance for activations and CUDA graphs, and what is left for the KV cache (rollout and evaluation alike)."""
+    budget = util * gpu_gib * GiB
+    weights = dtype_bytes * arch.params / tp
+    other = VLLM_OTHER_GIB * GiB
+    return VLLMFit(budget, weights, other, budget - weights - other, arch.kv_bytes_per_token(tp, dtype_bytes), seq_len)
+
+
 def estimate(arch: Architecture, lay: Layout) -> Plan:
     """The per-GPU bytes of every phase (formulas in docs/gpu.md, "Memory plans")."""
     p, w, dp, limit = arch.params, lay.dtype_bytes, lay.world, lay.gpu_gib * GiB
@@ -348,17 +357,8 @@ def estimate(arch: Architecture, lay: Layout) -> Plan:
         limit,
         _tokens_detail(lay.rollout_micro, lay.seq_len, lay.max_tokens_per_gpu),
     )
-    budget = lay.vllm_util * limit
-    vllm_weights = w * p / lay.vllm_tp
-    other = VLLM_OTHER_GIB * GiB
-    fit = VLLMFit(
-        budget,
-        vllm_weights,
-        other,
-        budget - vllm_weights - other,
-        arch.kv_bytes_per_token(lay.vllm_tp, w),
-        lay.seq_len,
-    )
+    fit = vllm_fit(arch, lay.vllm_tp, lay.vllm_util, lay.gpu_gib, lay.seq_len, w)
+    budget, vllm_weights, other = fit.budget, fit.weights, fit.other
     detail = (
         f"  (vLLM: weights {vllm_weights / GiB:.1f} + other {other / GiB:.1f} + KV {max(fit.kv, 0) / GiB:.1f}"
         f" = {fit.tokens} tokens per engine = {fit.tokens // lay.seq_len} sequences of {lay.seq_len})"

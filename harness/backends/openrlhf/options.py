@@ -78,6 +78,23 @@ class OpenRLHFOptions:
     # the run id only when true
     rehearsal: bool = opt(False, kind=bool, late=True)
     python: str | None = opt(None, "interpreter for the launcher (default: this one)", kind="str?", measures=False)
+    # retention (docs/gpu.md "Disk plans and retention"): resources, never in the run id
+    keep_checkpoints: int = opt(
+        2,
+        "DeepSpeed checkpoints kept (--ckpt.max_num; the newest is what a resume loads)",
+        kind=int,
+        low=1,
+        measures=False,
+        late=True,
+    )
+    keep_hf_checkpoints: int = opt(
+        2,
+        "Hugging Face copies <ckpt.path>/global_step<N>_hf kept (0: none written); the final model is always kept",
+        kind=int,
+        low=0,
+        measures=False,
+        late=True,
+    )
 
 
 def parse_options(section: Mapping | None) -> OpenRLHFOptions:

@@ -15,7 +15,8 @@
   estimator (``extras``) and, for ``needs_old_entropy``, into each experience's ``info``.
 * ``BasePPOTrainer.save_logs_and_checkpoints``: appends our ``metrics.jsonl`` line; stops after ``steps``; on the
   job's checkpoint request (harness/run/preempt.py) saves this step through upstream's own checkpoint and ends
-  ``fit()`` before the next rollout (no final model).
+  ``fit()`` before the next rollout (no final model); keeps the newest ``openrlhf.keep_hf_checkpoints`` Hugging
+  Face copies (``retention.py``).
 * ``SamplesGenerator._generate_vllm``: DAPO's cap on generation batches (``train.max_gen_batches``) for upstream's
   dynamic-filtering refills, which have none.
 
@@ -781,7 +782,7 @@ def patch_ppo_trainer(module) -> None:
     """``BasePPOTrainer``: our metrics.jsonl row at every step (written before the step's checkpoint, so a
     checkpoint never lacks its row), the eval results of eval steps, and the end of ``fit()`` after ``steps``
     (also when a run resumes from its last checkpoint)."""
-    from harness.backends.openrlhf import bridge
+    from harness.backends.openrlhf import bridge, retention
     from harness.run import preempt
 
     cls = module.BasePPOTrainer
@@ -818,11 +819,13 @@ def patch_ppo_trainer(module) -> None:
             stop_fit(self)
         elif preempt.requested(cfg["run_dir"]) and hasattr(self, "samples_generator"):
             self.args.ckpt.save_steps = 1  # the job asked for a checkpoint: upstream saves this step, then we stop
-            out = orig(self, global_step, logs_dict, client_states)
+            with retention.rotation(self.args, global_step, cfg.get("keep_hf_checkpoints")):
+                out = orig(self, global_step, logs_dict, client_states)
             preempt.record_saved(cfg["run_dir"], global_step)
             stop_on_request(self, global_step)
             return out
-        return orig(self, global_step, logs_dict, client_states)
+        with retention.rotation(self.args, global_step, cfg.get("keep_hf_checkpoints")):  # HF copies: keep K
+            return orig(self, global_step, logs_dict, client_states)
 
     def save_best_checkpoint(self, eval_metrics, global_step, client_states=None):
         cfg = plugin_config()

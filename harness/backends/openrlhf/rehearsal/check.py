@@ -6,10 +6,11 @@ of their own: found by the run directory in their environment) once the cell has
 metrics row of step ``--after-step``: what a pre-empted or crashed job leaves behind. Nothing may survive.
 
 ``verify``: every cell of the sweep finished ``completed`` with one metrics row per step, an ``eval/step_N.json`` at
-every in-loop eval step, the after-training results attached, ``checkpoints/final``; the interrupted cell resumed
-from its DeepSpeed checkpoint (upstream's ``--ckpt.load_enable``: "Loading the checkpoint", ``checkpoint_states``
-with the step) and trained only the remaining steps; the leaderboard has a scored row per method. Writes a JSON
-summary (``--out``); any failure is one line on stderr and exit 1.
+every in-loop eval step, the after-training results attached, ``checkpoints/final``, never more checkpoint copies
+than the retention keeps (``checkpoints/openrlhf/retention.jsonl``, the peak after each save); the interrupted
+cell resumed from its DeepSpeed checkpoint (upstream's ``--ckpt.load_enable``: "Loading the checkpoint",
+``checkpoint_states`` with the step) and trained only the remaining steps; the leaderboard has a scored row per
+method. Writes a JSON summary (``--out``); any failure is one line on stderr and exit 1.
 """
 
 from __future__ import annotations
@@ -38,6 +39,20 @@ def _checkpoint_step(run_dir: Path) -> int:
         return int(latest.read_text().strip().removeprefix("global_step"))
     except (OSError, ValueError):
         return 0
+
+
+def _saved_step(run_dir: Path) -> int:
+    """The last step whose save finished with its HF copy (retention.jsonl); the DeepSpeed checkpoint's step when the
+    run writes no HF copies."""
+    from harness.backends.openrlhf import retention
+
+    rows = read_jsonl(run_dir / "checkpoints" / "openrlhf" / retention.LOG_FILE)
+    if rows:
+        return int(rows[-1]["step"])
+    from harness.io import load_yaml, read_text
+
+    config = load_yaml(read_text(run_dir / "config.yaml")) if (run_dir / "config.yaml").exists() else {}
+    return _checkpoint_step(run_dir) if (config.get("openrlhf") or {}).get("keep_hf_checkpoints") == 0 else 0
 
 
 def _logged_steps(run_dir: Path) -> list[int]:
@@ -78,7 +93,7 @@ def kill_after_step(
     with open(log_path, "w") as log:
         proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     while time.time() - t0 < timeout_s:
-        if _checkpoint_step(run_dir) >= after_step and after_step in _logged_steps(run_dir):
+        if _saved_step(run_dir) >= after_step and after_step in _logged_steps(run_dir):  # the whole save done
             break
         if proc.poll() is not None:
             raise SystemExit(f"error: {run_dir} ended (exit {proc.returncode}) before step {after_step}'s checkpoint")
@@ -167,6 +182,7 @@ def check_cell(run_dir: Path, cfg, resumed_from: int | None = None) -> dict:
         _fail(f"{run_dir}: no after-training result for {missing}")
     if not (run_dir / "checkpoints" / "final" / "config.json").is_file():
         _fail(f"{run_dir}: no checkpoints/final")
+    kept = check_retention(run_dir, cfg)
     log = (run_dir / "openrlhf.log").read_text(errors="replace")
     out = {
         "status": result["status"],
@@ -175,6 +191,7 @@ def check_cell(run_dir: Path, cfg, resumed_from: int | None = None) -> dict:
         "reward": [r["reward/mean"] for r in rows],
         "after_training": {s: suites[s]["metrics"][suites[s]["primary"]] for s in cfg.eval.suites},
         "wall_time_s": result.get("wall_time_s"),
+        "checkpoints": kept,
     }
     if cfg.method.get("rollout_correction", "off") != "off":
         out["rollout_correction"] = check_correction(run_dir, rows)
@@ -232,6 +249,34 @@ def _check_batches(run_dir: Path, cfg, rows: list[dict]) -> dict:
         if any(b is None or b > train.max_gen_batches for b in out["gen_batches"]):
             _fail(f"{run_dir}: rollout/batches {out['gen_batches']} beyond train.max_gen_batches")
     return out
+
+
+def check_retention(run_dir: Path, cfg) -> dict:
+    """No save ever left more checkpoint copies than the retention keeps: every line of retention.jsonl (what was on
+    disk right after a save, the peak) holds at most ``retention.peak(keep_hf_checkpoints)`` HF copies and
+    ``keep_checkpoints`` DeepSpeed ones; at the end exactly the newest saves are left, the last step's among them."""
+    from harness.backends.openrlhf import diskplan, retention
+    from harness.backends.openrlhf.options import options_of
+
+    opts = options_of(cfg)
+    ckpt = run_dir / "checkpoints" / "openrlhf"
+    steps, every = cfg.train.steps, cfg.train.checkpoint_every
+    saved = [s for s in range(1, steps + 1) if every > 0 and (s % every == 0 or s == steps)]
+    assert len(saved) == diskplan.saves(steps, every)
+    rows = read_jsonl(ckpt / retention.LOG_FILE)
+    hf_peak, ds_peak = retention.peak(opts.keep_hf_checkpoints), opts.keep_checkpoints
+    for row in rows:
+        if row["step"] not in saved or len(row["hf"]) > hf_peak or len(row["deepspeed"]) > ds_peak:
+            _fail(
+                f"{run_dir}: after the save of step {row['step']}: {row['hf']} and {row['deepspeed']} (keep "
+                f"{opts.keep_hf_checkpoints} HF, at most {hf_peak} at once; {ds_peak} DeepSpeed)"
+            )
+    hf = [p.name for p in retention.copies(ckpt)]
+    ds = [p.name for p in retention.copies(ckpt / "_actor", retention.DS_COPY)]
+    want = [f"global_step{s}_hf" for s in saved[-opts.keep_hf_checkpoints :]] if opts.keep_hf_checkpoints else []
+    if hf != want or ds != [f"global_step{s}" for s in saved[-ds_peak:]]:
+        _fail(f"{run_dir}: at the end {hf} and {ds}; expected {want} and the newest {ds_peak} DeepSpeed checkpoints")
+    return {"saves": saved, "peak_hf": max((len(r["hf"]) for r in rows), default=0), "hf": hf, "deepspeed": ds}
 
 
 def _global_steps(log: str) -> list[str]:
