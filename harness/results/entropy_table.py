@@ -6,19 +6,22 @@ Per finished run, from its metrics.jsonl: the entropy (``entropy``) at its start
 (``reward/mean``) at its end, each the mean over the first / last ``edge_steps(N)`` of its N logged steps
 (harness/run/metrics.py: N // 10, at least 1, at most 5; the window of result.json's summary, ``harness table`` and
 ``harness mechanism``). Rows: methods in ``METHOD_ORDER``; n = runs. Intervals: harness.results.stats (Student t;
-Δ paired by seed). A bold Δ: its interval excludes zero. Runs of different models, tasks or settings get one
-table each (methods are compared only within one experiment).
+Δ paired by seed). A bold Δ: marked by ``harness.results.marks`` (Holm over every Δ of the table, at least 5
+seeds per arm), as ``harness table`` marks; the note under the table says so. Runs of different models, tasks or
+settings get one table each (methods are compared only within one experiment).
 """
 
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 
 from harness.run.metrics import ENTROPY_END, ENTROPY_START, REWARD_END, method_rank
 
+from . import marks
 from .collect import Collection, collect
-from .stats import excludes, mean_ci, paired_diff
+from .stats import mean_ci, paired_diff
 from .table import run_summary
 
 COLUMNS = {ENTROPY_END: "H end", REWARD_END: "reward end"}
@@ -36,15 +39,21 @@ def entropy_table(col: Collection, baseline: str = "grpo") -> str:
     if runs.empty:
         raise ValueError("no completed run; nothing to tabulate")
     blocks = list(runs.groupby(["model", "task", "setting"], dropna=False, sort=True))
-    out, starts = [], []
+    out, starts, comparisons, rendered = [], [], [], []
     for (model, task, setting), grp in blocks:
-        if len(blocks) > 1:
-            out += [f"### {model}, task {task or '?'}" + (f", {setting}" if setting else ""), ""]
+        head = [f"### {model}, task {task or '?'}" + (f", {setting}" if setting else ""), ""] if len(blocks) > 1 else []
         by = _by_label(grp, per_run)
         starts += [v for d in by.values() for v in d.get(ENTROPY_START, {}).values()]
-        out += _block(by, baseline) + [""]
+        rows, comps = _block(by, baseline, len(comparisons))
+        comparisons += comps
+        rendered.append((head, rows))
+    fam = marks.decide(comparisons)  # one family: every Δ of every block
+    bold = {c.row for c in fam.comparisons if c.marked}
+    for head, rows in rendered:
+        out += head + [_PLACE.sub(lambda m: _mark(m, bold), r) for r in rows] + [""]
     h0 = mean_ci(starts)
     out.append(f"Entropy at the start over all runs: {h0.mean:.3f} ± {h0.half:.3f} (n = {h0.n}).")
+    out += ["", marks.note(fam)]
     return "\n".join(out) + "\n"
 
 
@@ -61,7 +70,16 @@ def _by_label(runs, per_run) -> dict[str, dict[str, dict[int, float]]]:
     return by
 
 
-def _block(by: dict, baseline: str) -> list[str]:
+_PLACE = re.compile(r"<(\d+)>(.*?)</>")  # a Δ cell before the table's marks are decided
+
+
+def _mark(m: re.Match, bold: set) -> str:
+    return f"**{m.group(2)}**" if int(m.group(1)) in bold else m.group(2)
+
+
+def _block(by: dict, baseline: str, first: int = 0) -> tuple[list[str], list[marks.Comparison]]:
+    """The block's rows (Δ cells as placeholders filled once the table's family is decided) and its comparisons,
+    numbered from ``first``."""
     if baseline not in by:
         raise ValueError(f"baseline method {baseline!r} has no completed run; methods present: {', '.join(sorted(by))}")
     titles = list(COLUMNS.values())
@@ -73,7 +91,7 @@ def _block(by: dict, baseline: str) -> list[str]:
         + " |",
         "|---" * (2 + 2 * len(titles)) + "|",
     ]
-    base = by[baseline]
+    base, comps = by[baseline], []
     for label in sorted(by, key=lambda x: (method_rank(x), x)):
         d = by[label]
         cells = [_fmt(mean_ci(d.get(k, {}).values())) for k in COLUMNS]
@@ -82,11 +100,14 @@ def _block(by: dict, baseline: str) -> list[str]:
             if label == baseline:
                 deltas.append("")
                 continue
-            iv = paired_diff(d.get(k, {}), base.get(k, {}))
-            deltas.append(f"**{_fmt(iv, '+')}**" if excludes(iv) else _fmt(iv, "+"))
+            i = first + len(comps)
+            comps.append(marks.Comparison("delta", i, -1, k, d.get(k, {}), base.get(k, {})))
+            text = _fmt(paired_diff(d.get(k, {}), base.get(k, {})), "+")
+            deltas.append(f"<{i}>{text}</>")
         n = max(len(d.get(k, {})) for k in (ENTROPY_START, *COLUMNS))
-        lines.append(f"| {label} | {n} | " + " | ".join(cells) + " | " + " | ".join(deltas) + " |")
-    return lines
+        row = f"| {label} | {n} | " + " | ".join(cells) + " | " + " | ".join(deltas) + " |"
+        lines.append(row)
+    return lines, comps
 
 
 def main(argv=None) -> int:

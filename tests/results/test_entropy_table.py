@@ -37,7 +37,9 @@ def test_paired_delta_and_means_by_hand(runs_root, mk):
     d = [_end(2.0 + 0.1 * s) - _end(1.0 + 0.1 * s) for s in (0, 1)]
     assert "| kl_cov | 2 | " in lines[3] and f"+{sum(d) / 2:.3f} ± " in lines[3]
     start = [(_h(h0, 1) + _h(h0, 2)) / 2 for h0 in (1.0, 1.1, 2.0, 2.1)]
-    assert lines[-1].startswith(f"Entropy at the start over all runs: {sum(start) / 4:.3f} ± ")
+    assert lines[-3].startswith(f"Entropy at the start over all runs: {sum(start) / 4:.3f} ± ")
+    # two seeds whose differences agree give a narrow interval, but marks need Holm and 5 seeds per arm (issue 35)
+    assert "**" not in text and lines[-1].startswith("MARKS: ") and "no test is run" in lines[-1]
     assert f"{_reward_end(1.0) / 2 + _reward_end(1.1) / 2:.3f}" in lines[2]
 
 
