@@ -20,7 +20,7 @@ import sys
 import time
 from pathlib import Path
 
-from harness.backends.openrlhf import raycluster
+from harness.backends.openrlhf import jit_locks, raycluster
 from harness.backends.openrlhf.flags import EXTRA, HOOK, PLUGIN_ENV
 from harness.run import preempt
 
@@ -152,6 +152,7 @@ def main(argv: list[str] | None = None) -> int:
     if nodes and int(os.environ.get("SLURM_PROCID", "0") or 0) != 0:  # lends its node to the head's Ray
         return raycluster.run_worker(run_dir, node_resources(len(nodes)))
     write_eval_dataset()
+    jit_locks.clear_stale(jit_locks.extensions_dir({**os.environ, **runtime_env()["env_vars"]}))  # killed builds
     hook.install()
     t0, status, code = time.time(), "failed", 1
     with raycluster.Head(run_dir, node_resources(len(nodes))) if nodes else contextlib.nullcontext() as head:
