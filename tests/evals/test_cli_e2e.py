@@ -190,15 +190,17 @@ def test_eval_code_suite_with_fixture_data(tiny_model, tmp_path):
 
 def test_eval_errors(tmp_path, capsys, monkeypatch):
     assert main(["eval", "--model", str(tmp_path / "nope"), "--suites", "aime42"]) == 2
+    assert "nope does not exist" in capsys.readouterr().err  # the model first: an export would bring its suite (#37)
+    assert main(["eval", "--model", str(tmp_path), "--suites", "aime42"]) == 2
     assert "'aime24'" in capsys.readouterr().err
-    assert main(["eval", "--model", str(tmp_path / "nope"), "--suites", "math500", "--n", "4"]) == 2
+    assert main(["eval", "--model", str(tmp_path), "--suites", "math500", "--n", "4"]) == 2
     assert "temperature" in capsys.readouterr().err
     assert main(["eval", "--model", str(tmp_path / "nope"), "--suites", "math500", "--fixtures"]) == 2
     assert "nope does not exist" in capsys.readouterr().err
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
     monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
-    assert main(["eval", "--model", str(tmp_path / "nope"), "--suites", "math500"]) == 2  # data checked first
+    assert main(["eval", "--model", str(tmp_path), "--suites", "math500"]) == 2  # data checked before loading
     err = capsys.readouterr().err
     assert "HuggingFaceH4/MATH-500" in err and "--data-dir" in err
     assert main(["eval", "--list-suites"]) == 0

@@ -235,7 +235,16 @@ def test_eval_results_carry_provenance(log, tiny_data, tmp_path):
     evaluate(engine, [get_suite("aime24")], out, fixtures=True, limit=2, n=2, max_tokens=16, progress=False)
     summary = json.loads((out / "results.json").read_text())
     prov = summary["provenance"]
-    assert set(prov) == {"git_commit", "git_dirty", "packages", "datasets", "hardware", "created"}
+    assert set(prov) == {
+        "git_commit",
+        "git_dirty",
+        "git_diff_sha256",
+        "untracked",
+        "packages",
+        "datasets",
+        "hardware",
+        "created",
+    }
     by_name = {d["name"]: d for d in prov["datasets"]}
     assert set(by_name) == {"math500", "aime24"}  # the first invocation's entry is kept
     problems = get_suite("math500").load(data_dir=str(tiny_data), template="raw")
@@ -248,6 +257,7 @@ def test_eval_results_carry_provenance(log, tiny_data, tmp_path):
         "revision": None,
         "sha256": hashlib.sha256(canonical).hexdigest(),
         "rows": 4,
+        "role": "eval",  # an eval's data, keyed apart from a run's training data (issue 37 item 4)
     }
     assert by_name["aime24"]["source"].endswith("fixtures/aime24.jsonl") and by_name["aime24"]["rows"] == 2
 
