@@ -25,7 +25,9 @@ def _trainer(tmp_path):
 
     assert getattr(ppo_trainer, hook.PATCHED_FLAG, False)
     t = ppo_trainer.BasePPOTrainer.__new__(ppo_trainer.BasePPOTrainer)
-    t.args = SimpleNamespace(logger=SimpleNamespace(logging_steps=1), ckpt=SimpleNamespace(save_steps=float("inf")))
+    t.args = SimpleNamespace(
+        logger=SimpleNamespace(logging_steps=1), ckpt=SimpleNamespace(save_steps=float("inf"), save_hf=False)
+    )
     t.wandb_logger, t.tensorboard_logger = None, RecordingLogger()
     t.samples_generator = SimpleNamespace(generate_samples=lambda **k: (["sample"], 1.0, 8, False))
     return t
