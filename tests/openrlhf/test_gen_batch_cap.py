@@ -114,3 +114,20 @@ def test_without_dynamic_filtering_nothing_is_capped(ray_local, configure):
     samples, _, drawn, exhausted = gen.generate_samples(max_new_tokens=4, max_len=16)
     assert (_prompts(samples), drawn, exhausted) == (["p0", "p4"], 5, False)  # upstream refills until full
     assert plugin.generation_stats() == {}
+
+
+def test_two_refill_loops_of_one_step_add_their_wanted_prompts_too():
+    """A step that runs the refill loop twice (each within its own cap of 4 x 8 prompts) logs the step's ratio,
+    never above the cap: the rehearsal once logged rollout/batches 4.5 with max_gen_batches 4 (wanted not summed)."""
+    from harness.backends.openrlhf import plugin
+
+    plugin.generation_stats()  # start from an empty step
+    plugin.record_generation(drawn=32, kept=3, wanted=8, cap=4, capped=True)
+    plugin.record_generation(drawn=20, kept=8, wanted=8, cap=4, capped=False)
+    stats = plugin.generation_stats()
+    assert stats == {
+        "rollout/batches": 52 / 16,
+        "rollout/kept_groups": 11.0,
+        "filter/kept_frac": 11 / 52,
+        "filter/gen_cap_hit": 1.0,
+    }

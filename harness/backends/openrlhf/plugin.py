@@ -713,9 +713,10 @@ def patch_samples_generator(module) -> None:
 
 
 def record_generation(drawn: int, kept: int, wanted: int, cap: int, capped: bool) -> None:
-    """Add one refill loop's counts to the step's; at the cap, one warning line."""
+    """Add one refill loop's counts to the step's (a step may run several: each draws within its own cap, so the
+    wanted prompts add up too); at the cap, one warning line."""
     g = STATE.generation
-    g["drawn"], g["kept"], g["wanted"] = g.get("drawn", 0) + drawn, g.get("kept", 0) + kept, wanted
+    g["drawn"], g["kept"], g["wanted"] = g.get("drawn", 0) + drawn, g.get("kept", 0) + kept, g.get("wanted", 0) + wanted
     g["capped"] = g.get("capped", 0) or int(capped)
     if capped:
         print(
