@@ -228,6 +228,18 @@ def cell_processes(d: Path) -> list[tuple[int, str]]:
     return out
 
 
+def warn_at_first_step(d: Path, out: dict, timeout_s: float = 2400) -> None:
+    """``scancel --signal=USR2`` (what SLURM's --signal=USR2@N warning reaches) once the cell logged a step; records
+    how many steps it had logged then."""
+    metrics, deadline = d / "metrics.jsonl", time.time() + timeout_s
+    while not (metrics.exists() and metrics.read_text().strip()):
+        if time.time() > deadline:
+            return
+        time.sleep(0.5)
+    subprocess.run(["scancel", "--signal=USR2", job_of(d)], check=True)
+    out["logged_at_signal"] = len(metrics.read_text().splitlines())
+
+
 @pytest.fixture(scope="module")
 def rehearsal(slurm_multinode_cluster, assets, tmp_path_factory):
     """Both OpenRLHF cells submitted at once through `harness sweep --executor slurm`: the clean one (4 steps) and
@@ -240,14 +252,16 @@ def rehearsal(slurm_multinode_cluster, assets, tmp_path_factory):
         assert main(["sweep", str(path), "--executor", "slurm", "--runs-dir", str(runs), "--no-progress"]) == 0
         (dirs[name],) = C.list_cell_dirs(runs)
     follower = Follower(dirs.values(), sample=cell_processes)
-    yield dirs, follower
+    warned = {}  # the warning goes out at the warned cell's first logged step, whichever test runs first
+    threading.Thread(target=warn_at_first_step, args=(dirs["rehearsal-2n-warned"], warned), daemon=True).start()
+    yield dirs, follower, warned
     subprocess.run(["scancel", *{job_of(d) for d in dirs.values()}])
 
 
 @pytest.mark.slow  # not yet passed on the shared dev machine (docs/gpu.md): CI runs it with MULTINODE_FULL=1
 @pytest.mark.timeout(2700)  # minutes each on an idle 2-core machine, far more under load
 def test_the_two_node_rehearsal_cell_trains_evaluates_and_exports(rehearsal, capsys):
-    dirs, follower = rehearsal
+    dirs, follower, _ = rehearsal
     d = dirs["rehearsal-2n"]
     seq = follower.finished(2400)[d]
     assert seq[-1] == "done" and "running" in seq and "failed" not in seq, follower.states[d]
@@ -277,17 +291,11 @@ def test_the_two_node_rehearsal_cell_trains_evaluates_and_exports(rehearsal, cap
 @pytest.mark.slow  # not yet passed on the shared dev machine (docs/gpu.md): CI runs it with MULTINODE_FULL=1
 @pytest.mark.timeout(2700)  # minutes each on an idle 2-core machine, far more under load
 def test_a_warned_two_node_cell_checkpoints_is_requeued_and_resumes_there(rehearsal):
-    dirs, follower = rehearsal
+    dirs, follower, warned = rehearsal
     d = dirs["rehearsal-2n-warned"]
-    metrics = d / "metrics.jsonl"
-    deadline = time.time() + 2400
-    while not (metrics.exists() and metrics.read_text().strip()):
-        assert time.time() < deadline and follower.is_alive(), "the warned cell logged no step"
-        time.sleep(0.5)
-    job = job_of(d)
-    subprocess.run(["scancel", "--signal=USR2", job], check=True)  # what SLURM's --signal=USR2@N warning reaches
-    logged_at_signal = len(metrics.read_text().splitlines())
     seq = follower.finished(2400)[d]
+    assert "logged_at_signal" in warned, "the warned cell logged no step"
+    logged_at_signal, job = warned["logged_at_signal"], job_of(d)
     print(f"warned cell: USR2 after {logged_at_signal} step(s); status {follower.states[d]}")
     assert seq[-1] == "done" and "failed" not in seq and "pending" in seq[seq.index("running") :], follower.states[d]
     train_log = (d / "train.log").read_text()
@@ -300,7 +308,7 @@ def test_a_warned_two_node_cell_checkpoints_is_requeued_and_resumes_there(rehear
     assert trained == [list(range(1, stopped + 1)), list(range(stopped + 1, 7))]  # none lost, none repeated
     assert f"stopped after the checkpoint of step {stopped} the job asked for" in first
     assert "Loading the checkpoint" in second and f"'global_step': {stopped}" in second
-    rows = [json.loads(line)["step"] for line in metrics.read_text().splitlines()]
+    rows = [json.loads(line)["step"] for line in (d / "metrics.jsonl").read_text().splitlines()]
     assert rows == [1, 2, 3, 4, 5, 6]
     assert sorted(p.name for p in (d / "eval").glob("step_*.json")) == ["step_2.json", "step_4.json", "step_6.json"]
     assert json.loads((d / "result.json").read_text())["status"] == "completed"
