@@ -8,7 +8,6 @@
 #
 #   scripts/ci_multinode.sh                 install (if needed), start, test, stop
 #   scripts/ci_multinode.sh -- -k ray       extra pytest arguments after --
-#   MULTINODE_FULL=1 scripts/ci_multinode.sh   also the two OpenRLHF cells (marked slow)
 #
 # Needs root (apt, daemons). Environment: OPENRLHF_VENV (default .venv-openrlhf; built by scripts/setup_openrlhf.sh
 # when missing), SLURM_CI_PROCTRACK=cgroup to run the cluster with proctrack/cgroup instead of linuxproc.
@@ -41,7 +40,5 @@ PY
 trap cleanup EXIT INT TERM
 scripts/slurm/cluster.sh up "$D" --nodes 2
 eval "$(scripts/slurm/cluster.sh env "$D")"
-# the two OpenRLHF cells (marked slow) have not passed on the shared dev machine yet: MULTINODE_FULL=1 adds them
-MARKS="slurm and not slow"; [ "${MULTINODE_FULL:-0}" = 1 ] && MARKS="slurm"
-PYTHONPATH="$PWD" "$VENV/bin/python" -m pytest -m "$MARKS" tests/multinode -q -s -p no:cacheprovider "$@"
+PYTHONPATH="$PWD" "$VENV/bin/python" -m pytest -m slurm tests/multinode -q -s -p no:cacheprovider "$@"
 echo "ci_multinode: done in $(( $(date +%s) - t0 )) s"

@@ -258,7 +258,6 @@ def rehearsal(slurm_multinode_cluster, assets, tmp_path_factory):
     subprocess.run(["scancel", *{job_of(d) for d in dirs.values()}])
 
 
-@pytest.mark.slow  # not yet passed on the shared dev machine (docs/gpu.md): CI runs it with MULTINODE_FULL=1
 @pytest.mark.timeout(2700)  # minutes each on an idle 2-core machine, far more under load
 def test_the_two_node_rehearsal_cell_trains_evaluates_and_exports(rehearsal, capsys):
     dirs, follower, _ = rehearsal
@@ -288,7 +287,6 @@ def test_the_two_node_rehearsal_cell_trains_evaluates_and_exports(rehearsal, cap
     assert not [p for p in seen if not p[2]], "processes of the run without SIGUSR2 ignored"
 
 
-@pytest.mark.slow  # not yet passed on the shared dev machine (docs/gpu.md): CI runs it with MULTINODE_FULL=1
 @pytest.mark.timeout(2700)  # minutes each on an idle 2-core machine, far more under load
 def test_a_warned_two_node_cell_checkpoints_is_requeued_and_resumes_there(rehearsal):
     dirs, follower, warned = rehearsal
