@@ -431,8 +431,8 @@ def read_config_file(path: str | os.PathLike) -> dict:
     return read_yaml_mapping(path, ConfigError, "a run config", SECTIONS_HINT, empty=EMPTY_HINT)
 
 
-WRITTEN_SECTIONS = ("backend", "seed", "method", "model", "task", "train", "eval", "logging")
 WRITTEN_ORDER = ["backend", "seed", "name", "method", "model", "task", "train", "eval", "logging"]  # to_yaml's
+WRITTEN_SECTIONS = tuple(k for k in WRITTEN_ORDER if k != "name")  # required of a stored config; name optional
 
 
 def missing_sections(stored: Mapping) -> list[str]:
