@@ -57,6 +57,13 @@ class Backend:
 
         return build(self.sections[path], value, path)
 
+    def canonical(self, data: Mapping) -> Mapping:
+        """The raw config mapping (overrides applied, nothing typed yet) in one spelling, where this backend lets a
+        setting be written two ways (OpenRLHF: upstream's is_correction_* flags in ``extra_flags`` move into the
+        method's ``rollout_correction``), so both are one config and one run id; a new mapping, ``data`` unchanged.
+        Default: ``data`` as it is."""
+        return data
+
     def validate(self, config) -> None:
         """Check the run config (its sections typed already) against what this backend can run; raise
         ``harness.errors.ConfigError``."""

@@ -443,13 +443,16 @@ def missing_sections(stored: Mapping) -> list[str]:
 
 def build_config(data: Mapping) -> RunConfig:
     """A ``RunConfig`` typed from a mapping: the core sections, then each section the run's backend owns
-    (``Backend.build_section``). A section that only other backends own is refused unless it is empty (every run
-    records some as ``{}``), like an unknown key: it names the backends it belongs to. No cross-field checks
-    (``load_config`` runs those)."""
-    from harness.backends import get_backend, section_owners
+    (``Backend.build_section``), after the backend's ``canonical`` spelling. A section that only other backends own
+    is refused unless it is empty (every run records some as ``{}``), like an unknown key: it names the backends it
+    belongs to. No cross-field checks (``load_config`` runs those)."""
+    from harness.backends import BACKENDS, get_backend, section_owners
 
     owners = section_owners()
     top = tuple(p for p in owners if "." not in p)
+    named = data.get("backend", _default_backend())
+    if isinstance(named, str) and named in BACKENDS.names():  # an unknown name is the schema's error, below
+        data = get_backend(named).canonical(data)
     data = dict(data)
     given = {p: data.pop(p) for p in top if p in data}
     cfg = _build(RunConfig, data, "", also=top)

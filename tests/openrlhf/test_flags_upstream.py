@@ -215,3 +215,28 @@ def test_rollout_correction_sets_upstreams_switch(correction, upstream, monkeypa
         )
     plain = upstream_args(build_plan(config({"name": "grpo"}), tmp_path).argv, monkeypatch)
     assert plain.algo.advantage.is_correction_level == "off"
+
+
+@pytest.mark.parametrize(
+    "flags",
+    [
+        {"level": "token", "mode": "clip"},
+        {"level": "token", "threshold": [0.8, 1.25]},
+        {"level": "seq", "gating": "binary_kl", "threshold": 0.01},
+        {"level": "seq", "gating": "tv", "threshold": [0.0, 0.05]},
+    ],
+)
+def test_upstream_correction_flags_reach_upstream_as_written(flags, monkeypatch, tmp_path):
+    """is_correction_* written in openrlhf.extra_flags are rewritten into the method's rollout_correction (one run
+    id); upstream's parser then reads from our launch what it reads from the flags appended to a plain launch."""
+    prefix = "--algo.advantage.is_correction_"
+    cfg = config({"name": "grpo"})
+    cfg["openrlhf"]["extra_flags"] = {prefix + k: v for k, v in flags.items()}
+    ours = upstream_args(build_plan(cfg, tmp_path).argv, monkeypatch).algo.advantage
+    written = [str(x) for k, v in flags.items() for x in (prefix + k, *(v if isinstance(v, list) else [v]))]
+    plain = build_plan(config({"name": "grpo"}), tmp_path).argv
+    theirs = upstream_args([*plain, *written], monkeypatch).algo.advantage
+    for key in ("level", "mode", "gating"):
+        assert getattr(ours, "is_correction_" + key) == getattr(theirs, "is_correction_" + key)
+    assert list(ours.is_correction_threshold) == pytest.approx(list(theirs.is_correction_threshold))
+    assert ours.is_correction_level != "off"

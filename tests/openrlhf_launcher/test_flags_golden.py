@@ -8,31 +8,7 @@ import harness
 from harness.backends import BACKENDS
 from harness.backends.openrlhf import flags
 from harness.backends.openrlhf.flags import OpenRLHFConfigError, build_plan, method_flags, parse_options
-
-
-def config(method=None, openrlhf=None, **train):
-    return {
-        "backend": "openrlhf",
-        "seed": 1,
-        "method": method or {"name": "grpo"},
-        "model": {"name": "Qwen/Qwen2.5-7B"},
-        "task": {"name": "/data/dapo.jsonl"},
-        "train": {
-            "steps": 10,
-            "prompts_per_step": 16,
-            "samples_per_prompt": 8,
-            "updates_per_rollout": 4,
-            "micro_batch_size": 4,
-            "lr": 5e-7,
-            "max_new_tokens": 1024,
-            "grad_clip": 1.0,
-            "temperature": 1.0,
-            "checkpoint_every": 5,
-            **train,
-        },
-        "openrlhf": {"nodes": 1, "gpus_per_node": 8, **(openrlhf or {})},
-    }
-
+from tests.helpers.openrlhf_config import config
 
 GOLDEN_METHOD_FLAGS = {
     "grpo": [
@@ -254,7 +230,7 @@ def test_logging_and_extra_flags(tmp_path):
             "extra_flags": {
                 "--vllm.enforce_eager": True,
                 "--actor.adam.eps": 1e-6,
-                "--algo.advantage.is_correction_threshold": [0.5, 2.0],
+                "--reward.clip_range": [-5, 5],
             },
             "env": {"NCCL_DEBUG": "INFO"},
         }
@@ -277,12 +253,12 @@ def test_logging_and_extra_flags(tmp_path):
         "--vllm.enforce_eager",
         "--actor.adam.eps",
         "1e-06",
-        "--algo.advantage.is_correction_threshold",
-        "0.5",
-        "2.0",
+        "--reward.clip_range",
+        "-5",
+        "5",
     ]
     assert argv[argv.index("--vllm.enforce_eager") + 1] == "--actor.adam.eps"
-    assert argv[argv.index("--algo.advantage.is_correction_threshold") + 1 :][:2] == ["0.5", "2.0"]
+    assert argv[argv.index("--reward.clip_range") + 1 :][:2] == ["-5", "5"]
     assert argv[argv.index("--logger.tensorboard_dir") + 1] == str(tmp_path / "tensorboard")
     assert argv[argv.index("--logger.wandb.key") + 1] == "${WANDB_API_KEY}"
     assert plan.env["NCCL_DEBUG"] == "INFO"
@@ -317,30 +293,6 @@ def test_dry_run_command_shows_env_and_flags(tmp_path):
         (config(openrlhf={"extra_flags": {"train.seed": 4}}), "is not a flag"),
         (config(openrlhf={"extra_flags": {"--train.async_enable": True}}), "not supported by the harness backend"),
         (config(openrlhf={"extra_flags": {"--actor.dual_clip": 3.0}}), "silently ignore"),
-        (
-            config(openrlhf={"extra_flags": {"--algo.advantage.is_correction_level": "token"}}),
-            r'set method.rollout_correction: \{"level": "token", "mode": "mask", "gating": "ratio", "low": 0.5, '
-            r'"high": 5.0\} instead',
-        ),
-        (
-            config(
-                openrlhf={
-                    "extra_flags": {
-                        "--algo.advantage.is_correction_level": "seq",
-                        "--algo.advantage.is_correction_gating": "binary_kl",
-                        "--algo.advantage.is_correction_threshold": 0.01,
-                    }
-                }
-            ),
-            r'\{"level": "seq", "mode": "mask", "gating": "binary_kl", "low": 0.0, "high": 0.01\}',
-        ),
-        (
-            config(
-                {"name": "grpo", "rollout_correction": "tis"},
-                openrlhf={"extra_flags": {"--algo.advantage.is_correction_threshold": [0.5, 2.0]}},
-            ),
-            "is_correction_threshold is set by the launcher",
-        ),
         (
             config({"name": "grpo", "rollout_correction": {"scheme": "icepop", "rejected": "drop"}}),
             "rejected 'drop' is not supported on the OpenRLHF backend",

@@ -27,6 +27,12 @@ class OpenRLHFBackend(Backend):
         """The ``openrlhf:`` section typed and checked on its own (``options.parse_options``)."""
         return options.parse_options(value)
 
+    def canonical(self, data):
+        """Upstream's is_correction_* flags in ``openrlhf.extra_flags`` rewritten as ``method.rollout_correction``."""
+        from harness.backends.openrlhf import upstream_correction
+
+        return upstream_correction.canonical(data)
+
     def validate(self, config) -> None:
         """Run every launch check now (pure Python), as pocket does, and the after-training engine's plan."""
         from harness.backends.openrlhf import evalplan

@@ -54,7 +54,7 @@ NATIVE_LOSS = {
         ),
     )
 }
-from harness.backends.openrlhf import evalset, memory  # noqa: E402
+from harness.backends.openrlhf import evalset, memory, upstream_correction  # noqa: E402
 from harness.backends.openrlhf.options import (  # noqa: E402,F401  (re-exported: the launcher's names)
     REWARDS,
     OpenRLHFConfigError,
@@ -177,39 +177,7 @@ def method_flags(method, opts: OpenRLHFOptions) -> list[str]:
         flags += ["--actor.entropy_coef", _num(coef)]
     elif method.needs_entropy or opts.log_entropy:
         flags += ["--actor.entropy_coef", "0"]
-    return flags + correction_flags(method)
-
-
-CORRECTION = "--algo.advantage.is_correction_"  # + level, mode, gating, threshold (OpenRLHF 0.11.2)
-
-
-def correction_flags(method) -> list[str]:
-    """Upstream's ``--algo.advantage.is_correction_*`` from the method's ``rollout_correction``: the switch that
-    makes vLLM return the sampled tokens' log-probs (``logprobs=1``, ``processed_logprobs``) into the
-    experience's ``rollout_log_probs``, which the plug-in hands to the method's loss; upstream's PolicyLoss
-    constructor checks the same settings. Nothing when the correction is off (upstream's default)."""
-    c = method.correction
-    if c is None:
-        return []
-    if c.rejected != "keep":
-        raise OpenRLHFConfigError(
-            f"method.rollout_correction: rejected {c.rejected!r} is not supported on the OpenRLHF backend: its "
-            f"global normalisers (aggregate_loss's batch_num_tokens / global_batch_size) count every token of the "
-            f"optimizer step, so rejected tokens stay in the denominator. Allowed here: keep"
-        )
-    values = {"level": [c.level], "mode": [c.mode], "gating": [c.gating], "threshold": [_num(c.low), _num(c.high)]}
-    return [x for key, v in values.items() for x in (CORRECTION + key, *v)]
-
-
-def correction_of_flags(extra: Mapping) -> dict:
-    """The ``method.rollout_correction`` that upstream's is_correction_* flags in ``openrlhf.extra_flags`` spell
-    (upstream's defaults for the flags not given; a single threshold is [0, HIGH] as upstream reads it)."""
-    threshold = extra.get(CORRECTION + "threshold", [0.5, 5.0])
-    threshold = [float(x) for x in (threshold if isinstance(threshold, (list, tuple)) else [threshold])]
-    low, high = threshold if len(threshold) == 2 else (0.0, threshold[0])
-    out = {key: str(extra.get(CORRECTION + key, default)) for key, default in (("level", "off"), ("mode", "mask"))}
-    out["gating"] = str(extra.get(CORRECTION + "gating", "ratio"))
-    return {**out, "low": low, "high": high}
+    return flags + upstream_correction.flags(method)
 
 
 def base_estimator(method) -> str:
@@ -328,13 +296,6 @@ def check(config) -> None:
             f"openrlhf.extra_flags: {', '.join(sorted(unsupported))} is not supported by the "
             f"harness backend (it replaces the advantages, rewards and step loop); allowed: "
             f"any other OpenRLHF flag"
-        )
-    level = CORRECTION + "level"  # upstream's default: off
-    if level in opts.extra_flags and str(opts.extra_flags[level]) != "off" and method.correction is None:
-        raise OpenRLHFConfigError(
-            f"openrlhf.extra_flags: {level} is the method's rollout_correction here (the plug-in's loss applies it "
-            f"and sets upstream's flags from it); set method.rollout_correction: "
-            f"{json.dumps(correction_of_flags(opts.extra_flags))} instead (or a preset: tis, icepop, seq_mask)"
         )
     ignored = {"--actor.dual_clip"} & extra_keys
     if ignored:
