@@ -34,7 +34,7 @@ import yaml
 
 from harness.io import jsonl_lines
 from harness.provenance import STAMP_FILE
-from harness.run.config import WRITTEN_ORDER, missing_sections
+from harness.run.config import WRITTEN_ORDER, cut_short
 from harness.run.metrics import COMPLETED, FAILED, FINISHED, INSUFFICIENT_UPDATES, STEP
 from harness.run.records import task_label
 
@@ -279,11 +279,10 @@ def _trusted_config(run_dir: Path, cfg: dict, stamped: bool) -> dict:
     from harness.run.identity import config_drift
 
     if not stamped:
-        gap = missing_sections(cfg)
+        gap = cut_short(cfg)
         if gap and list(cfg) == WRITTEN_ORDER[: len(cfg)]:  # the head of a file in the harness's order: cut short
             warnings.warn(
-                f"{run_dir / 'config.yaml'}: no {', '.join(gap)} section (the file was cut short); its other "
-                "settings are used",
+                f"{run_dir / 'config.yaml'}: {gap}; its other settings are used",
                 CorruptMetricsWarning,
                 stacklevel=3,
             )

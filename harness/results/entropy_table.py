@@ -14,7 +14,6 @@ settings get one table each (methods are compared only within one experiment).
 from __future__ import annotations
 
 import argparse
-import re
 import sys
 
 from harness.run.metrics import ENTROPY_END, ENTROPY_START, REWARD_END, method_rank
@@ -33,24 +32,24 @@ def _fmt(iv, sign: str = "") -> str:
 
 def entropy_table(col: Collection, baseline: str = "grpo") -> str:
     """The markdown table(s): one per (model, task, setting) block, each headed by the block's name when there are
-    several (methods are compared only within one experiment), then the mean start entropy over all runs."""
+    several (methods are compared only within one experiment), then the mean start entropy over all runs. Two
+    passes: every block's comparisons first (one Holm family over the table), then the rows with their marks."""
     runs = col.runs[col.runs["run_dir"].isin(col.completed["run_dir"])].set_index("run_dir")
     per_run = run_summary(col).reindex(runs.index)
     if runs.empty:
         raise ValueError("no completed run; nothing to tabulate")
     blocks = list(runs.groupby(["model", "task", "setting"], dropna=False, sort=True))
-    out, starts, comparisons, rendered = [], [], [], []
+    tables, first = [], 0
     for (model, task, setting), grp in blocks:
         head = [f"### {model}, task {task or '?'}" + (f", {setting}" if setting else ""), ""] if len(blocks) > 1 else []
         by = _by_label(grp, per_run)
-        starts += [v for d in by.values() for v in d.get(ENTROPY_START, {}).values()]
-        rows, comps = _block(by, baseline, len(comparisons))
-        comparisons += comps
-        rendered.append((head, rows))
-    fam = marks.decide(comparisons)  # one family: every Δ of every block
-    bold = {c.row for c in fam.comparisons if c.marked}
-    for head, rows in rendered:
-        out += head + [_PLACE.sub(lambda m: _mark(m, bold), r) for r in rows] + [""]
+        tables.append((head, by, _comparisons(by, baseline, first)))
+        first += len(tables[-1][2])
+    fam = marks.decide([c for *_, comps in tables for c in comps.values()])  # one family: every Δ of every block
+    out = []
+    for head, by, comps in tables:
+        out += head + _rows(by, baseline, comps) + [""]
+    starts = [v for _, by, _ in tables for d in by.values() for v in d.get(ENTROPY_START, {}).values()]
     h0 = mean_ci(starts)
     out.append(f"Entropy at the start over all runs: {h0.mean:.3f} ± {h0.half:.3f} (n = {h0.n}).")
     out += ["", marks.note(fam)]
@@ -70,18 +69,23 @@ def _by_label(runs, per_run) -> dict[str, dict[str, dict[int, float]]]:
     return by
 
 
-_PLACE = re.compile(r"<(\d+)>(.*?)</>")  # a Δ cell before the table's marks are decided
+def _labels(by: dict) -> list[str]:
+    return sorted(by, key=lambda x: (method_rank(x), x))
 
 
-def _mark(m: re.Match, bold: set) -> str:
-    return f"**{m.group(2)}**" if int(m.group(1)) in bold else m.group(2)
-
-
-def _block(by: dict, baseline: str, first: int = 0) -> tuple[list[str], list[marks.Comparison]]:
-    """The block's rows (Δ cells as placeholders filled once the table's family is decided) and its comparisons,
-    numbered from ``first``."""
+def _comparisons(by: dict, baseline: str, first: int) -> dict[tuple[str, str], marks.Comparison]:
+    """(method, column) -> its paired test against ``baseline``, numbered from ``first`` across the table."""
     if baseline not in by:
         raise ValueError(f"baseline method {baseline!r} has no completed run; methods present: {', '.join(sorted(by))}")
+    keys = [(label, k) for label in _labels(by) if label != baseline for k in COLUMNS]
+    return {
+        (label, k): marks.Comparison("delta", first + i, -1, k, by[label].get(k, {}), by[baseline].get(k, {}))
+        for i, (label, k) in enumerate(keys)
+    }
+
+
+def _rows(by: dict, baseline: str, comps: dict) -> list[str]:
+    """The block's markdown rows: means with intervals, then the paired Δ (bold when marked)."""
     titles = list(COLUMNS.values())
     lines = [
         "| method | n | "
@@ -91,23 +95,17 @@ def _block(by: dict, baseline: str, first: int = 0) -> tuple[list[str], list[mar
         + " |",
         "|---" * (2 + 2 * len(titles)) + "|",
     ]
-    base, comps = by[baseline], []
-    for label in sorted(by, key=lambda x: (method_rank(x), x)):
+    for label in _labels(by):
         d = by[label]
         cells = [_fmt(mean_ci(d.get(k, {}).values())) for k in COLUMNS]
-        deltas = []
+        shown = []
         for k in COLUMNS:
-            if label == baseline:
-                deltas.append("")
-                continue
-            i = first + len(comps)
-            comps.append(marks.Comparison("delta", i, -1, k, d.get(k, {}), base.get(k, {})))
-            text = _fmt(paired_diff(d.get(k, {}), base.get(k, {})), "+")
-            deltas.append(f"<{i}>{text}</>")
+            c = comps.get((label, k))
+            text = "" if c is None else _fmt(paired_diff(d.get(k, {}), by[baseline].get(k, {})), "+")
+            shown.append(f"**{text}**" if c is not None and c.marked else text)
         n = max(len(d.get(k, {})) for k in (ENTROPY_START, *COLUMNS))
-        row = f"| {label} | {n} | " + " | ".join(cells) + " | " + " | ".join(deltas) + " |"
-        lines.append(row)
-    return lines, comps
+        lines.append(f"| {label} | {n} | " + " | ".join(cells) + " | " + " | ".join(shown) + " |")
+    return lines
 
 
 def main(argv=None) -> int:

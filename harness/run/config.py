@@ -435,10 +435,15 @@ WRITTEN_ORDER = ["backend", "seed", "name", "method", "model", "task", "train", 
 WRITTEN_SECTIONS = tuple(k for k in WRITTEN_ORDER if k != "name")  # required of a stored config; name optional
 
 
-def missing_sections(stored: Mapping) -> list[str]:
-    """The top-level sections every config.yaml the harness writes into a run directory holds (resolved, since
-    the first release) and ``stored`` lacks: a gap there means a cut or hand-edited file, not another run."""
-    return [k for k in WRITTEN_SECTIONS if k not in stored]
+def cut_short(stored: Mapping) -> str:
+    """'' when ``stored`` holds every top-level section the harness writes into a run directory's config.yaml
+    (resolved, since the first release), else the one wording for the gap, which means a cut or hand-edited file,
+    not another run: ``no eval, logging sections (the harness writes them all: cut short or edited by hand)``."""
+    gap = [k for k in WRITTEN_SECTIONS if k not in stored]
+    if not gap:
+        return ""
+    plural = "s" * (len(gap) > 1)
+    return f"no {', '.join(gap)} section{plural} (the harness writes them all: cut short or edited by hand)"
 
 
 def build_config(data: Mapping) -> RunConfig:

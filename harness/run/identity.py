@@ -51,7 +51,7 @@ def config_ids(config: Mapping) -> list[str]:
 def config_drift(run_dir: Path, config: Mapping) -> tuple[str, str] | None:
     """``(recorded run id, why)`` when ``config`` (the directory's config.yaml, as read) is not the config of the
     run ``run_dir`` records; None when it is, or nothing is recorded yet."""
-    from harness.run.config import missing_sections, run_id_of
+    from harness.run.config import cut_short, run_id_of
 
     recorded = recorded_runs(run_dir)
     if not recorded or set(recorded.values()) <= {run_id_of(config)}:
@@ -64,9 +64,9 @@ def config_drift(run_dir: Path, config: Mapping) -> tuple[str, str] | None:
     files = " and ".join(sorted(other))
     verb = "record" if len(other) > 1 else "records"
     head = f"its config.yaml is not the config of the run it holds: {files} {verb} run {rid}, config.yaml gives run "
-    gap = missing_sections(config)
+    gap = cut_short(config)
     if gap:  # cut short: the keys the defaults would fill in are no edit
-        return rid, f"{head}{ids[-1]} (no {', '.join(gap)} section: cut short or edited by hand)"
+        return rid, f"{head}{ids[-1]}: {gap}"
     changed = changed_keys(run_dir, config)
     what = f": {'; '.join(changed)}" if changed else "; which keys changed is not recorded in result.json"
     return rid, f"{head}{ids[-1]} (edited after the run started{what})"
@@ -108,16 +108,13 @@ def load_stored_config(run_dir: str | os.PathLike) -> RunConfig:
     harness always writes (filling the gap with defaults would give another run id and blame the checkpoints) or
     is not the config of the run its ``result.json``/start stamp record (``config_drift``): what ``export``
     builds its model from."""
-    from harness.run.config import ConfigError, load_config, missing_sections, read_config_file
+    from harness.run.config import ConfigError, cut_short, load_config, read_config_file
 
     path = Path(run_dir) / "config.yaml"
     data = read_config_file(path)
-    gap = missing_sections(data)
+    gap = cut_short(data)
     if gap:
-        raise ConfigError(
-            f"{path}: no {', '.join(gap)} section{'s' * (len(gap) > 1)}; the harness writes every section into a "
-            "run directory's config.yaml, so this one was cut short or edited by hand"
-        )
+        raise ConfigError(f"{path}: {gap}")
     drift = config_drift(Path(run_dir), data)
     if drift is not None:
         raise ConfigError(f"{run_dir}: {drift[1]}; restore its config.yaml to use this run")

@@ -54,14 +54,14 @@ def retry(cfg, run_dir, quiet: bool = False) -> dict:
 def _own_config_hint(run_dir: Path) -> str:
     """Where the run's own config is, or why it cannot serve (a config.yaml cut short reads as another run)."""
     from harness.io import load_yaml, read_text
-    from harness.run.config import missing_sections
+    from harness.run.config import cut_short
 
     path = run_dir / "config.yaml"
     try:
         stored = load_yaml(read_text(path)) if path.is_file() else None
-        gap = missing_sections(stored) if isinstance(stored, dict) else []
+        gap = cut_short(stored) if isinstance(stored, dict) else ""
     except Exception:  # noqa: BLE001 - unreadable: the hint names the file all the same
-        gap = []
+        gap = ""
     if gap:
-        return f"{path} has no {', '.join(gap)} section (cut short or edited by hand): give the config it trained with"
+        return f"{path}: {gap}; give the config it trained with"
     return f"give the run's own config ({path})"

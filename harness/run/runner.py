@@ -39,7 +39,7 @@ from harness.io import (
     repair_jsonl,
     yaml_problem,
 )
-from harness.run.config import RunConfig, diff_configs, load_config, missing_sections, run_id_of
+from harness.run.config import RunConfig, cut_short, diff_configs, load_config, run_id_of
 from harness.run.identity import config_drift
 from harness.run.metrics import COMPLETED, FAILED, FINISHED, INSUFFICIENT_UPDATES, STEP, UPDATE_SKIPPED, summary_line
 from harness.run.records import SCHEMA_VERSION, RunResult, result_payload, task_label  # noqa: F401  (SCHEMA_VERSION re-exported)
@@ -154,10 +154,8 @@ def check_run_dir(cfg: RunConfig, run_dir: Path, force: bool = False, backend=No
             old_id = _run_id_of_file(old)
         if old_id != new_id:
             if not force:
-                gap = missing_sections(old)
-                if gap:
-                    shown = f"no {', '.join(gap)} section (the harness writes them all: cut short or edited by hand?)"
-                else:
+                shown = cut_short(old)
+                if not shown:
                     diffs = diff_configs(old, cfg.to_dict())
                     shown = "; ".join(diffs[:6]) + (f"; ... ({len(diffs)} differences)" if len(diffs) > 6 else "")
                 raise ValueError(
