@@ -89,6 +89,11 @@ class Correction:
         return {k: getattr(self, k) for k in ("level", "mode", "gating", "low", "high", "rejected")}
 
 
+def recorded(c: Correction | None) -> str | dict:
+    """What a config records for a resolved correction: ``off``, a preset's name, or every key."""
+    return OFF if c is None else c.record()
+
+
 def resolve(value, path: str, error: type[Exception] = ValueError) -> Correction | None:
     """``value`` (``off``, a preset name, or a mapping of ``_Given``'s keys) as a Correction, None when off; bad
     values raise ``error`` naming ``path`` and what is allowed."""

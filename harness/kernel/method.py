@@ -275,7 +275,7 @@ class MethodBase:
             setattr(self, f.name, value)
         path = f"{self.name}.rollout_correction"
         self._correction = rollout_fix.resolve(self.rollout_correction, path, HyperparameterError)
-        self.rollout_correction = "off" if self._correction is None else self._correction.record()
+        self.rollout_correction = rollout_fix.recorded(self._correction)
         estimator = _estimator(self.advantage, self.name)
         self.advantage_options = estimator.validate(self.advantage_options, self.estimator_options(), self.name)
         if not self.std_normalize and self.advantage != "grpo":

@@ -9,6 +9,7 @@ fails again keeps the run finished and records the new error.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 
@@ -16,6 +17,7 @@ def retry(cfg, run_dir, quiet: bool = False) -> dict:
     """Score the finished run in ``run_dir`` again and return its rewritten result.json content; ValueError when
     the directory holds no finished run of ``cfg`` or ``cfg`` has no after-training stage."""
     from harness.backends import get_backend
+    from harness.backends.base import harness_train_command
     from harness.run.after_training import attach, failed, retry_command, run_stage
     from harness.run.rundir import RunDirLock
     from harness.run.runner import FINISHED, RunLog, read_result, write_result
@@ -29,7 +31,7 @@ def retry(cfg, run_dir, quiet: bool = False) -> dict:
             status = "no result.json" if result is None else f"status {result.get('status')!r}"
             raise ValueError(
                 f"--eval-only: {run_dir} has not finished training ({status}); train it first: "
-                f"{retry_command(run_dir).removesuffix(' --eval-only')}"
+                f"{harness_train_command(os.path.abspath(run_dir))}"
             )
         if result.get("run_id") != cfg.run_id():
             raise ValueError(

@@ -64,12 +64,11 @@ def canonical(data: Mapping) -> Mapping:
         mine = rollout_fix.resolve(method["rollout_correction"], "method.rollout_correction", OpenRLHFConfigError)
         if mine != spelled:
             raise OpenRLHFConfigError(
-                f"{SPELLING} spell rollout_correction {json.dumps(_record(spelled))} and method.rollout_correction is "
-                f"{json.dumps(_record(mine))}; give the correction once (method.rollout_correction is the harness "
-                f"spelling; the flags are rewritten into it)"
+                f"{SPELLING} spell rollout_correction {json.dumps(rollout_fix.recorded(spelled))} and "
+                f"method.rollout_correction is {json.dumps(rollout_fix.recorded(mine))}; give the correction once "
+                f"(method.rollout_correction is the harness spelling; the flags are rewritten into it)"
             )
-    if spelled is not None:
-        method["rollout_correction"] = spelled.record()
+    method["rollout_correction"] = rollout_fix.recorded(spelled)
     return out
 
 
@@ -115,7 +114,3 @@ def _threshold(value) -> tuple[float, float]:
             f"openrlhf.extra_flags: {PREFIX}threshold takes HIGH or [LOW, HIGH] (numbers), got {value!r}"
         )
     return (0.0, float(values[0])) if len(values) == 1 else (float(values[0]), float(values[1]))
-
-
-def _record(c: rollout_fix.Correction | None):
-    return "off" if c is None else c.record()
