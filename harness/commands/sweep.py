@@ -153,7 +153,7 @@ def _submit(
     cells: list[Cell],
     runs_dir: Path,
     commands: dict[str, str],
-    plans: dict | None = None,
+    plans: dict,
 ) -> int:
     from harness.sweeps.submit import submit_cells, wait_for  # submitit: only when something is submitted
 
@@ -167,10 +167,9 @@ def _submit(
                 C.check_cell_dir(c, runs_dir)
             except ValueError as e:
                 print(f"warning: {e}", file=sys.stderr)
-    if plans:
-        from harness.sweeps.disk import check_free
+    from harness.sweeps.disk import check_free
 
-        check_free(todo, plans, runs_dir)  # before anything is written or queued
+    check_free(todo, plans, runs_dir)  # before anything is written or queued
     problem = index.record(args.spec, runs_dir)  # `harness status SPEC` finds this runs directory
     if problem:
         print(f"warning: not recorded where {args.spec} was submitted ({problem})", file=sys.stderr)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import shutil
+from collections import Counter
 from pathlib import Path
 
 from harness.run.disk import GB
@@ -86,10 +87,7 @@ def summary(cells, plans: dict, runs_dir: Path) -> str:
     """The dry run's last lines: the sweep's total plan and the free space a submission would be checked against."""
     if not plans:
         return "disk: no cell has a disk plan (its backend keeps little)"
-    sizes: dict[float, int] = {}
-    for c in cells:
-        if c.id in plans:
-            sizes[round(plans[c.id].total / GB, 1)] = sizes.get(round(plans[c.id].total / GB, 1), 0) + 1
+    sizes = Counter(round(plans[c.id].total / GB, 1) for c in cells if c.id in plans)
     total = sum(p.total for p in plans.values())
     need = needed_bytes(cells, plans, runs_dir)
     free, where = free_bytes(runs_dir)
